@@ -1,0 +1,76 @@
+"""A simulated host as an object, for tests, benchmarks and the demo: create it, start holders, clean up.
+
+Every process it starts is remembered by PID and start time, and ``cleanup()`` stops exactly those.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import holder, ledger
+from .tools import host_env, install_tools
+
+
+@dataclass
+class Holder:
+    pid: int
+    watcher: int
+    start: int | None
+
+    def alive(self) -> bool:
+        return self.start is not None and ledger.proc_start_time(self.pid) == self.start
+
+
+@dataclass
+class SimHost:
+    root: Path
+    holders: list[Holder] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, root: Path, gpus: int = 8, *, nvml: bool = True, **kwargs) -> "SimHost":
+        ledger.init_host(Path(root), gpus, **kwargs)
+        install_tools(Path(root), nvml=nvml)
+        return cls(Path(root))
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """A process environment that sees this host's GPUs (and GPUSIM_ROOT for inventory/sim.py)."""
+        env = dict(os.environ if base is None else base)
+        add = host_env(self.root)
+        env["PATH"] = f"{add['PATH']}:{env.get('PATH', '/usr/bin:/bin')}"
+        env["LD_LIBRARY_PATH"] = add["LD_LIBRARY_PATH"]
+        env["GPUSIM_ROOT"] = str(self.root)
+        return env
+
+    def hold(self, gpus, mib: int, **kwargs) -> Holder:
+        info = holder.hold(self.root, {g: mib for g in gpus}, **kwargs)
+        h = Holder(info["pid"], info["watcher"], ledger.proc_start_time(info["pid"]))
+        self.holders.append(h)
+        return h
+
+    def snapshot(self) -> ledger.Snapshot:
+        return ledger.snapshot(self.root)
+
+    def used_mib(self) -> dict[int, int]:
+        return {g.index: g.used_mib for g in self.snapshot().gpus}
+
+    def set_driver(self, loaded: bool) -> None:
+        host = json.loads((self.root / "host.json").read_text())
+        host["driver_loaded"] = loaded
+        ledger.save_host(self.root, host)
+
+    def cleanup(self) -> None:
+        """SIGKILL the holders and watchers this object started, by PID, if they are still those processes."""
+        for h in self.holders:
+            if h.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(h.pid, signal.SIGKILL)
+        for h in self.holders:
+            cmdline = Path(f"/proc/{h.watcher}/cmdline")
+            with contextlib.suppress(OSError):
+                if b"gpusim" in cmdline.read_bytes():
+                    os.kill(h.watcher, signal.SIGKILL)
+        self.holders.clear()

@@ -1,0 +1,209 @@
+"""The simulated driver's memory ledger.
+
+Layout of a host directory (``gpusim init DIR``)::
+
+    DIR/host.json              GPUs (index, uuid, name, total_mib, mig, base_mib), driver version, release delay
+    DIR/ledger/<pid>-<t>.json  one allocation per process: pid, its /proc start time, MiB per GPU, name
+    DIR/bin/                   nvidia-smi and gpusim-snapshot stand-ins (put first on PATH)
+    DIR/lib/                   libnvidia-ml.so.1 stand-in (put on LD_LIBRARY_PATH)
+
+An allocation counts as a running compute process while its PID is alive with the recorded start time (so a
+reused PID is never mistaken for the holder). When the process dies its memory stays allocated, unlisted, for
+the release delay, the way a real driver tears a CUDA context down; ``stuck`` allocations are never freed.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_RELEASE_DELAY_S = 2.0
+H200_MIB = 143771
+
+
+class OutOfMemory(Exception):
+    """Raised when an allocation does not fit; mirrors CUDA's 'out of memory'."""
+
+
+class NoDriver(Exception):
+    """The host directory has no (loaded) driver."""
+
+
+@dataclass
+class GpuRecord:
+    index: int
+    uuid: str
+    name: str
+    total_mib: int
+    used_mib: int = 0
+    mig: bool = False
+    bus_id: str = ""
+
+
+@dataclass
+class ProcRecord:
+    gpu_index: int
+    pid: int
+    used_mib: int | None  # None where the driver reports [N/A] (MIG)
+    name: str
+
+
+@dataclass
+class Snapshot:
+    driver: str
+    cuda: int
+    gpus: list[GpuRecord] = field(default_factory=list)
+    procs: list[ProcRecord] = field(default_factory=list)
+
+
+def _host_file(root: Path) -> Path:
+    return root / "host.json"
+
+
+def load_host(root: Path) -> dict:
+    try:
+        host = json.loads(_host_file(root).read_text())
+    except FileNotFoundError:
+        raise NoDriver(f"no simulated host at {root}") from None
+    if not host.get("driver_loaded", True):
+        raise NoDriver("driver not loaded")
+    return host
+
+
+def save_host(root: Path, host: dict) -> None:
+    _atomic_write(_host_file(root), host)
+
+
+def init_host(root: Path, gpus: int = 8, total_mib: int = H200_MIB, name: str = "NVIDIA H200",
+              release_delay_s: float = DEFAULT_RELEASE_DELAY_S, mig: tuple[int, ...] = (),
+              base_mib: int = 0) -> dict:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "ledger").mkdir(exist_ok=True)
+    seed = int.from_bytes(os.urandom(4), "big")
+    host = {
+        "driver": "550.54.15",
+        "cuda": 12040,
+        "driver_loaded": True,
+        "release_delay_s": release_delay_s,
+        "gpus": [
+            {"index": i, "uuid": f"GPU-{seed:08x}-{i:04x}-4a1e-9b3c-{i:012x}", "name": name,
+             "total_mib": total_mib, "mig": i in mig, "base_mib": base_mib,
+             "bus_id": f"00000000:{0x18 + 0x10 * i:02X}:00.0"}
+            for i in range(gpus)
+        ],
+    }
+    save_host(root, host)
+    return host
+
+
+def _atomic_write(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def locked(root: Path):
+    """Serialise ledger writers (allocations must not oversubscribe a GPU)."""
+    with open(root / ".lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Start time (clock ticks since boot) of a live, non-zombie PID; None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # comm may contain spaces and parentheses
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def _entries(root: Path):
+    for path in sorted((root / "ledger").glob("*.json")):
+        try:
+            yield path, json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            continue  # removed or being replaced under us
+
+
+def allocate(root: Path, pid: int, mib_by_gpu: dict[int, int], name: str, *, stuck: bool = False,
+             release_delay_s: float | None = None) -> Path:
+    """Record that live process ``pid`` holds memory; raises OutOfMemory if any GPU lacks room."""
+    start = proc_start_time(pid)
+    if start is None:
+        raise ProcessLookupError(pid)
+    with locked(root):
+        snap = snapshot(root)
+        gpus = {g.index: g for g in snap.gpus}
+        for idx, mib in mib_by_gpu.items():
+            if idx not in gpus:
+                raise ValueError(f"no GPU {idx} on this host")
+            free = gpus[idx].total_mib - gpus[idx].used_mib
+            if mib > free:
+                raise OutOfMemory(
+                    f"CUDA out of memory. Tried to allocate {mib} MiB on GPU {idx} "
+                    f"({gpus[idx].total_mib} MiB total, {free} MiB free)")
+        entry = {"pid": pid, "start": start, "gpus": {str(k): v for k, v in mib_by_gpu.items()},
+                 "name": name, "stuck": stuck, "release_delay_s": release_delay_s, "dead_at": None}
+        path = root / "ledger" / f"{pid}-{start}.json"
+        _atomic_write(path, entry)
+        return path
+
+
+def mark_dead(path: Path, when: float) -> None:
+    """Record the moment the holder died (the driver starts tearing its context down)."""
+    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+        entry = json.loads(path.read_text())
+        if entry.get("dead_at") is None:
+            entry["dead_at"] = when
+            _atomic_write(path, entry)
+
+
+def snapshot(root: Path, now: float | None = None) -> Snapshot:
+    """What the driver reports right now: used memory per GPU and live compute processes."""
+    host = load_host(root)
+    now = time.time() if now is None else now
+    gpus = [GpuRecord(g["index"], g["uuid"], g["name"], g["total_mib"], g.get("base_mib", 0),
+                      g.get("mig", False), g.get("bus_id", "")) for g in host["gpus"]]
+    by_index = {g.index: g for g in gpus}
+    snap = Snapshot(host["driver"], host["cuda"], gpus)
+    for path, entry in _entries(root):
+        alive = entry["dead_at"] is None and proc_start_time(entry["pid"]) == entry["start"]
+        if not alive:
+            dead_at = entry["dead_at"]
+            if dead_at is None:  # died without its watcher noticing (watcher killed too): count from now
+                mark_dead(path, now)
+                dead_at = now
+            delay = entry.get("release_delay_s")
+            delay = host["release_delay_s"] if delay is None else delay
+            if not entry["stuck"] and now >= dead_at + delay:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                continue
+        for idx, mib in entry["gpus"].items():
+            gpu = by_index.get(int(idx))
+            if gpu is None:
+                continue
+            gpu.used_mib += mib
+            if alive:
+                snap.procs.append(ProcRecord(gpu.index, entry["pid"], None if gpu.mig else mib, entry["name"]))
+    return snap
+
+
+def release_all(root: Path) -> int:
+    """Drop every allocation (the simulator's 'GPU reset'); returns how many were dropped."""
+    n = 0
+    with locked(root):
+        for path, _ in _entries(root):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                n += 1
+    return n

@@ -1,0 +1,32 @@
+"""Per-host stand-in tools: DIR/bin/nvidia-smi, DIR/bin/gpusim-snapshot, DIR/lib/libnvidia-ml.so.1."""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+_WRAPPER = """#!/bin/sh
+# gpusim stand-in, bound to one simulated host
+GPUSIM_ROOT={root}; export GPUSIM_ROOT
+PYTHONPATH={pkg}${{PYTHONPATH:+:$PYTHONPATH}}; export PYTHONPATH
+exec {python} -S -c 'import sys; from gpusim import smi; sys.exit(smi.{entry}(*{args}))' "$@"
+"""
+
+
+def host_env(root: Path) -> dict[str, str]:
+    """Environment additions that make a process see this simulated host (PATH and LD_LIBRARY_PATH prefixes)."""
+    return {"PATH": str(root / "bin"), "LD_LIBRARY_PATH": str(root / "lib")}
+
+
+def install_tools(root: Path, nvml: bool = True) -> None:
+    pkg = Path(__file__).resolve().parent.parent
+    bindir = root / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    for name, entry, args in (("nvidia-smi", "main", "(sys.argv[1:],)"), ("gpusim-snapshot", "snapshot_main", "()")):
+        path = bindir / name
+        path.write_text(_WRAPPER.format(root=shlex.quote(str(root.resolve())), pkg=shlex.quote(str(pkg)),
+                                        python=shlex.quote(sys.executable), entry=entry, args=args))
+        path.chmod(0o755)
+    if nvml:
+        from .nvml_build import build_nvml
+        build_nvml(root / "lib")

@@ -1,0 +1,17 @@
+"""The embedded default: one simulated GPU host on this machine (pyinfra's @local connector).
+
+The simulated host lives in ``$GPUSIM_ROOT`` (default ``.gpusim/host`` in the repository; ``python -m gpusim init``
+creates it). Only this inventory knows it is simulated: it puts the stand-in ``nvidia-smi`` first on PATH and the
+stand-in ``libnvidia-ml.so.1`` on LD_LIBRARY_PATH, and runs the probe with this Python (which has pynvml).
+"""
+import os
+import sys
+from pathlib import Path
+
+_root = Path(os.environ.get("GPUSIM_ROOT", Path(__file__).resolve().parent.parent / ".gpusim" / "host")).resolve()
+_env = {
+    "PATH": f"{_root / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+    "LD_LIBRARY_PATH": str(_root / "lib"),
+}
+
+sim = [("@local", {"_env": _env, "specops_python": sys.executable, "gpusim_root": str(_root)})]

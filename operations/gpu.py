@@ -1,0 +1,120 @@
+"""GPU operations: ``gpu.idle`` makes GPUs free of compute processes and proves their memory is released."""
+from __future__ import annotations
+
+from pyinfra import host, logger, state
+from pyinfra.api import FunctionCommand, operation
+
+from .gpustate import GpuStateFact
+from .idle_converge import Timing, Verdict, blocked_verdict, converge_idle
+from .idle_plan import DEFAULT_PROTECTED, DEFAULT_THRESHOLD_MIB, Selection, plan_idle
+from .remote import python_script
+from .waiting import RealClock
+
+
+def _python() -> str:
+    return host.data.get("specops_python") or "python3"
+
+
+def _log(on_host, message: str, **style) -> None:
+    on_host.log_styled(message, log_func=logger.info, **style)
+
+
+def _print_plan_now() -> bool:
+    # Print in prepare (so --dry shows it) and at execute only when prepare was skipped (-y): never twice.
+    return not state.is_executing or not state.should_check_for_changes()
+
+
+def _fail(message: str) -> FunctionCommand:
+    def fail(state, host):  # (state, host) signature: returning False fails this host only
+        host.log_styled(message, fg="red", log_func=logger.error)
+        return False
+
+    return FunctionCommand(fail, (), {})
+
+
+def _tuple(value) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+@operation()
+def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_protected=(),
+         threshold_mib: int = DEFAULT_THRESHOLD_MIB, grace_s: float = 10.0, deadline_s: float = 60.0,
+         stable_s: float = 0.1, poll_s: float = 0.05, progress_s: float = 2.0, python: str | None = None):
+    """
+    Make GPUs idle: stop their compute processes (SIGTERM to the process group, SIGKILL after a grace period)
+    and wait until the driver has released the memory, ending in a verdict.
+
+    + gpus: GPU indices that must be idle (default: all GPUs on the host)
+    + users: user-name patterns whose processes may be stopped (default: only the user pyinfra connects as);
+      processes of other users on the chosen GPUs are never signalled and make the verdict ``blocked``
+    + names: name/cmdline patterns a process must match to be stopped (default: any compute process)
+    + protected: daemons never signalled and whose memory is tolerated (nvidia-persistenced, nv-hostengine,
+      dcgm-exporter, nv-fabricmanager)
+    + extra_protected: patterns added to ``protected``
+    + threshold_mib: memory per GPU (besides protected daemons) still counted as idle
+    + grace_s: seconds between SIGTERM and SIGKILL
+    + deadline_s: the whole wait, never overshot; past it the host fails with a ``busy`` or ``needs-reset`` verdict
+    + stable_s: idle must hold this long over at least two readings
+    + poll_s: pause between readings
+    + progress_s: how often a progress line (elapsed, MiB still held) is printed while waiting
+    + python: interpreter on the host for the probe (default: host data ``specops_python``, else ``python3``)
+
+    Never uses ``fuser -k /dev/nvidia*`` and never resets a GPU. ``--dry`` prints the stop plan (PID, user,
+    GPU, MiB, cmdline) and changes nothing.
+
+    **Examples:**
+
+    .. code:: python
+
+        from operations import gpu
+
+        gpu.idle(name="Free GPUs 0-3 for the server", gpus=[0, 1, 2, 3], grace_s=20)
+        gpu.idle(users=["root", "sglang"], names=["*sglang*", "*vllm*"])
+    """
+    python = python or _python()
+    sel = Selection(frozenset(gpus) if gpus is not None else None, _tuple(users), _tuple(names) or (),
+                    tuple(protected) + tuple(extra_protected), threshold_mib)
+    timing = Timing(grace_s, deadline_s, stable_s, poll_s, progress_s)
+    current = host.get_fact(GpuStateFact, python=python)
+    if not current.available:
+        yield _fail(f"gpu.idle: cannot read GPUs: {current.error}")
+        return
+    missing = sorted(set(sel.indices(current)) - {g.index for g in current.gpus})
+    if missing:
+        yield _fail(f"gpu.idle: no GPU {','.join(map(str, missing))} on this host "
+                    f"(it has {','.join(str(g.index) for g in current.gpus)})")
+        return
+    plan = plan_idle(current, sel)
+    if plan.idle:
+        used = sum(plan.held_mib.values())
+        host.noop(f"GPU {','.join(map(str, plan.gpus))} already idle ({used} MiB used, via {current.source})")
+        return
+    if _print_plan_now():
+        for line in plan.describe():
+            _log(host, f"gpu.idle plan: {line}")
+    if plan.foreign:
+        yield _fail(blocked_verdict(plan).text)
+        return
+    if plan.targets:
+        yield python_script(python, "signal_procs.py", "TERM", *(t.spec for t in plan.targets))
+    yield FunctionCommand(_converge, (python, sel, plan, timing), {})
+
+
+def _converge(state, host, python, sel, plan, timing) -> bool:
+    def read():
+        return host.get_fact(GpuStateFact, python=python)
+
+    def kill(signal: str, targets) -> None:
+        ok, output = host.run_shell_command(python_script(python, "signal_procs.py", signal,
+                                                          *(t.spec for t in targets)))
+        for line in output.stdout_lines + output.stderr_lines:
+            _log(host, f"gpu.idle: {line}")
+
+    verdict: Verdict = converge_idle(read, kill, plan, sel, timing, RealClock(), lambda m: _log(host, f"gpu.idle: {m}"))
+    if verdict.ok:
+        _log(host, f"gpu.idle: {verdict.text}", fg="green")
+        return True
+    host.log_styled(f"gpu.idle: {verdict.text}", fg="red", log_func=logger.error)
+    return False

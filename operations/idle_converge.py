@@ -1,0 +1,126 @@
+"""Executing an idle plan: TERM already sent, wait out the grace period, KILL survivors, then prove idle.
+
+Everything that touches a host is injected (``read`` the fact, ``kill`` by signal, ``log``), so the loop and
+its verdicts are tested with a synthetic clock and scripted readings.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .gpustate import GpuProcess, GpuState
+from .idle_plan import IdlePlan, Selection, Target, held_mib, is_idle, unprotected
+from .waiting import Clock, Deadline, Stable, poll
+
+
+@dataclass(frozen=True)
+class Timing:
+    grace_s: float = 10.0  # SIGTERM to SIGKILL
+    deadline_s: float = 60.0  # whole wait, never overshot
+    stable_s: float = 0.1  # idle must hold this long (and over two readings)
+    poll_s: float = 0.05
+    progress_s: float = 2.0  # how often to print a progress line while waiting
+
+    def __post_init__(self):
+        if min(self.grace_s, self.deadline_s, self.stable_s, self.poll_s) < 0 or self.progress_s <= 0:
+            raise ValueError(f"timings must be non-negative: {self}")
+
+
+def _gpus(indices) -> str:
+    return ",".join(str(i) for i in indices)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # "idle" | "blocked" | "busy" | "needs-reset"
+    gpus: tuple[int, ...]
+    elapsed: float = 0.0
+    held_mib: dict[int, int] = field(default_factory=dict)
+    remaining: tuple[GpuProcess, ...] = ()  # unprotected processes still on the GPUs
+    refused: tuple[tuple[GpuProcess, str], ...] = ()
+    stopped: dict[int, str] = field(default_factory=dict)  # pid -> last signal sent
+    survivors: tuple[int, ...] = ()  # pids still on a GPU after SIGKILL
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "idle"
+
+    def _stopped(self) -> str:
+        parts = [f"pid {pid} needed SIGKILL" if sig == "KILL" else f"pid {pid} stopped by SIGTERM"
+                 for pid, sig in self.stopped.items()]
+        return f" ({', '.join(parts)})" if parts else ""
+
+    @property
+    def text(self) -> str:
+        if self.status == "idle":
+            return f"idle: GPU {_gpus(self.gpus)} idle after {self.elapsed:.2f}s{self._stopped()}"
+        if self.status == "blocked":
+            who = "; ".join(f"pid {p.pid} on GPU {p.gpu_index} (user {p.user}, {p.label}): {why}"
+                            for p, why in self.refused)
+            return (f"blocked: GPU {_gpus(sorted({p.gpu_index for p, _ in self.refused}))} held by processes "
+                    f"this operation may not stop: {who}. Nothing was signalled; widen users=/names= or stop "
+                    f"them yourself.")
+        held = ", ".join(f"GPU {i}: {mib} MiB" for i, mib in self.held_mib.items() if mib)
+        if self.status == "busy":
+            who = "; ".join(f"pid {p.pid} on GPU {p.gpu_index} (user {p.user}, {p.label})" for p in self.remaining)
+            return (f"busy: after {self.elapsed:.1f}s processes still hold GPUs: {who}"
+                    f"{'; ' + held if held else ''}{self._stopped()}")
+        survivors = ", ".join(map(str, self.survivors)) or "none"
+        return (f"needs-reset: after {self.elapsed:.1f}s {held or 'memory above threshold'} still allocated; "
+                f"pids that survived SIGKILL: {survivors}{self._stopped()}. The driver did not release the "
+                f"memory; specops never resets GPUs: drain this host, then `nvidia-smi --gpu-reset -i "
+                f"{_gpus(i for i, m in self.held_mib.items() if m) or _gpus(self.gpus)}` or reboot.")
+
+
+def blocked_verdict(plan: IdlePlan) -> Verdict:
+    return Verdict("blocked", plan.gpus, held_mib=plan.held_mib, refused=plan.foreign)
+
+
+def _alive(targets, state: GpuState) -> list[Target]:
+    live = {(p.pid, p.start) for p in state.processes}
+    return [t for t in targets if (t.pid, t.start) in live]
+
+
+class Progress:
+    """Prints "elapsed, MiB still held" at most every ``every`` seconds."""
+
+    def __init__(self, deadline: Deadline, sel: Selection, every: float, log: Callable[[str], None]):
+        self.deadline, self.sel, self.every, self.log = deadline, sel, every, log
+        self.next_at = every
+
+    def __call__(self, state: GpuState) -> None:
+        elapsed = self.deadline.elapsed()
+        if elapsed < self.next_at:
+            return
+        self.next_at = elapsed + self.every
+        held = held_mib(state, self.sel)
+        pids = sorted({p.pid for p in unprotected(state, self.sel)})
+        self.log(f"waiting for GPU {_gpus(held)}: {elapsed:.1f}s elapsed, {sum(held.values())} MiB still held"
+                 f"{', pids ' + _gpus(pids) if pids else ''}")
+
+
+def converge_idle(read: Callable[[], GpuState], kill: Callable[[str, list[Target]], None], plan: IdlePlan,
+                  sel: Selection, timing: Timing, clock: Clock, log: Callable[[str], None]) -> Verdict:
+    """Run after SIGTERM went to ``plan.targets``; returns the verdict (never raises for a busy GPU)."""
+    deadline = Deadline(clock, timing.deadline_s)
+    progress = Progress(deadline, sel, timing.progress_s, log)
+    stopped = {t.pid: "TERM" for t in plan.targets}
+    if plan.targets:
+        grace = Deadline(clock, min(timing.grace_s, deadline.remaining()))
+        waited = poll(read, lambda s: not _alive(plan.targets, s), grace, timing.poll_s, progress)
+        survivors = _alive(plan.targets, waited.value)
+        if survivors:
+            for t in survivors:
+                log(f"pid {t.pid} ({t.label}) ignored SIGTERM for {grace.elapsed():.1f}s: sending SIGKILL")
+                stopped[t.pid] = "KILL"
+            kill("KILL", survivors)
+    stable = Stable(clock, timing.stable_s)
+    outcome = poll(read, lambda s: stable.update(is_idle(s, sel)), deadline, timing.poll_s, progress)
+    final = outcome.value
+    common = dict(elapsed=deadline.elapsed(), held_mib=held_mib(final, sel), stopped=stopped)
+    if outcome.done:
+        return Verdict("idle", plan.gpus, **common)
+    survivors = tuple(t.pid for t in _alive(plan.targets, final) if stopped.get(t.pid) == "KILL")
+    others = tuple(p for p in unprotected(final, sel) if p.pid not in stopped)
+    status = "busy" if others and not survivors else "needs-reset"
+    return Verdict(status, plan.gpus, remaining=tuple(unprotected(final, sel)), survivors=survivors, **common)

@@ -1,0 +1,141 @@
+"""Deciding what "GPUs idle" needs on one host: pure functions from a GpuState to a plan and a verdict."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+from .gpustate import GpuProcess, GpuState
+
+# Never signalled, and their (small) memory does not count against idle.
+DEFAULT_PROTECTED = ("nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "nv-fabricmanager",
+                     "nvidia-fabricmanager")
+DEFAULT_THRESHOLD_MIB = 256
+
+
+def _base(text: str) -> str:
+    return os.path.basename(text.split(" ", 1)[0]) if text else ""
+
+
+def is_protected(proc: GpuProcess, patterns: tuple[str, ...]) -> bool:
+    names = {proc.comm, _base(proc.name), _base(proc.cmdline)} - {""}
+    return any(fnmatchcase(n, pat) for n in names for pat in patterns)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which GPUs must be idle and which processes the operation may stop to get there."""
+
+    gpus: frozenset[int] | None = None  # None: every GPU on the host
+    users: tuple[str, ...] | None = None  # fnmatch patterns; None: only the user the probe runs as
+    names: tuple[str, ...] = ()  # fnmatch patterns on name/comm/cmdline; empty: any compute process
+    protected: tuple[str, ...] = DEFAULT_PROTECTED
+    threshold_mib: int = DEFAULT_THRESHOLD_MIB
+
+    def indices(self, state: GpuState) -> list[int]:
+        present = [g.index for g in state.gpus]
+        return present if self.gpus is None else sorted(self.gpus)
+
+    def may_stop(self, proc: GpuProcess, state: GpuState) -> str | None:
+        """None if the process may be stopped, else why not."""
+        users = self.users if self.users is not None else (state.probe_user,)
+        if not any(fnmatchcase(proc.user, u) for u in users):
+            return f"user {proc.user} not in users={list(users)}"
+        if self.names and not any(fnmatchcase(t, pat) for pat in self.names
+                                  for t in (proc.name, proc.comm, proc.cmdline, _base(proc.name))):
+            return f"name not matching names={list(self.names)}"
+        return None
+
+
+@dataclass(frozen=True)
+class Target:
+    """A process to stop. ``pgid`` is 0 when only the PID itself may be signalled."""
+
+    pid: int
+    start: int
+    pgid: int
+    user: str
+    gpus: tuple[int, ...]
+    mib: int | None
+    label: str
+
+    @property
+    def spec(self) -> str:
+        return f"{self.pid}:{self.start}:{self.pgid}"
+
+    def describe(self) -> str:
+        mib = "?" if self.mib is None else f"{self.mib}"
+        how = f"process group {self.pgid}" if self.pgid else "pid only"
+        return (f"stop pid {self.pid} ({how}), user {self.user}, GPU {','.join(map(str, self.gpus))}, "
+                f"{mib} MiB: {self.label}")
+
+
+@dataclass(frozen=True)
+class IdlePlan:
+    gpus: tuple[int, ...]
+    targets: tuple[Target, ...] = ()
+    protected: tuple[GpuProcess, ...] = ()
+    foreign: tuple[tuple[GpuProcess, str], ...] = ()
+    held_mib: dict[int, int] = field(default_factory=dict)  # memory that counts against idle, per GPU
+    idle: bool = False
+
+    def describe(self) -> list[str]:
+        lines = [t.describe() for t in self.targets]
+        lines += [f"leave pid {p.pid} ({p.label}, user {p.user}) on GPU {p.gpu_index}: protected daemon"
+                  for p in self.protected]
+        lines += [f"refuse pid {p.pid} ({p.label}) on GPU {p.gpu_index}: {why}" for p, why in self.foreign]
+        busy = [f"GPU {i}: {mib} MiB" for i, mib in self.held_mib.items() if mib]
+        if busy and not self.targets and not self.foreign:
+            lines.append(f"wait for the driver to release memory ({', '.join(busy)})")
+        return lines
+
+
+def held_mib(state: GpuState, sel: Selection) -> dict[int, int]:
+    """Used memory per selected GPU, less what protected daemons hold."""
+    held = {}
+    for idx in sel.indices(state):
+        gpu = state.gpu(idx)
+        tolerated = sum(p.used_mib or 0 for p in state.on_gpu(idx) if is_protected(p, sel.protected))
+        held[idx] = max(0, gpu.used_mib - tolerated) if gpu else 0
+    return held
+
+
+def unprotected(state: GpuState, sel: Selection) -> list[GpuProcess]:
+    chosen = set(sel.indices(state))
+    return [p for p in state.processes if p.gpu_index in chosen and not is_protected(p, sel.protected)]
+
+
+def is_idle(state: GpuState, sel: Selection) -> bool:
+    return not unprotected(state, sel) and all(m <= sel.threshold_mib for m in held_mib(state, sel).values())
+
+
+def _signal_group(proc: GpuProcess, state: GpuState, sel: Selection) -> bool:
+    """Signal the whole process group only if every member is ours to stop (same uid, nothing protected)."""
+    if proc.pgid <= 1 or proc.sid == state.probe_sid or not proc.group:
+        return False
+    return all(m.uid == proc.uid and not any(fnmatchcase(m.comm, pat) for pat in sel.protected)
+               for m in proc.group)
+
+
+def plan_idle(state: GpuState, sel: Selection) -> IdlePlan:
+    gpus = tuple(sel.indices(state))
+    chosen = set(gpus)
+    on_chosen = [p for p in state.processes if p.gpu_index in chosen]
+    protected = tuple(p for p in on_chosen if is_protected(p, sel.protected))
+    foreign, by_pid = [], {}
+    for proc in on_chosen:
+        if proc in protected or proc.start is None:  # start None: it exited between the two reads
+            continue
+        why = sel.may_stop(proc, state)
+        if why:
+            foreign.append((proc, why))
+        else:
+            by_pid.setdefault(proc.pid, []).append(proc)
+    targets = []
+    for pid, entries in by_pid.items():
+        first = entries[0]
+        mibs = [e.used_mib for e in entries]
+        targets.append(Target(pid, first.start, first.pgid if _signal_group(first, state, sel) else 0, first.user,
+                              tuple(e.gpu_index for e in entries), None if None in mibs else sum(mibs),
+                              first.label))
+    return IdlePlan(gpus, tuple(targets), protected, tuple(foreign), held_mib(state, sel), is_idle(state, sel))

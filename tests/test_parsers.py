@@ -1,0 +1,83 @@
+"""nvidia-smi CSV and probe-document parsers, on output captured from the real tools."""
+import pytest
+
+from operations.errors import ProbeError
+from operations.gpustate import parse_apps_csv, parse_gpu_csv, parse_probe
+
+# nvidia-smi 550.54.15 on an 8x H100 node, two GPUs in MIG mode (memory per process is [N/A] there)
+REAL_GPUS = """\
+0, GPU-1e4c3f0a-8a4b-2b2c-5f1e-0d3c5a8b7e61, NVIDIA H100 80GB HBM3, 72419, 81559
+1, GPU-7b2d9e3c-1f4a-6c8d-9e0b-3a5c7d9e1f23, NVIDIA H100 80GB HBM3, 4, 81559
+2, GPU-2c4e6a8b-0d1f-3a5c-7e9b-1d3f5a7c9e0b, NVIDIA H100 80GB HBM3, [N/A], 81559
+"""
+REAL_APPS = """\
+2338147, /usr/bin/python3, 72410, GPU-1e4c3f0a-8a4b-2b2c-5f1e-0d3c5a8b7e61
+2338200, python3 -m sglang.launch_server, [N/A], GPU-2c4e6a8b-0d1f-3a5c-7e9b-1d3f5a7c9e0b
+"""
+
+
+def test_gpu_csv_with_na_memory():
+    gpus = parse_gpu_csv(REAL_GPUS)
+    assert [(g.index, g.used_mib, g.total_mib) for g in gpus] == [(0, 72419, 81559), (1, 4, 81559), (2, 0, 81559)]
+    assert gpus[0].name == "NVIDIA H100 80GB HBM3"
+    assert gpus[1].uuid == "GPU-7b2d9e3c-1f4a-6c8d-9e0b-3a5c7d9e1f23"
+
+
+def test_apps_csv_with_na_and_spaces():
+    apps = parse_apps_csv(REAL_APPS)
+    assert apps[0] == {"pid": 2338147, "name": "/usr/bin/python3", "used_mib": 72410,
+                       "gpu_uuid": "GPU-1e4c3f0a-8a4b-2b2c-5f1e-0d3c5a8b7e61"}
+    assert apps[1]["used_mib"] is None and apps[1]["name"] == "python3 -m sglang.launch_server"
+
+
+def test_no_processes_is_empty():
+    assert parse_apps_csv("") == []
+    assert parse_apps_csv("\n") == []
+    assert parse_apps_csv("No running processes found\n") == []
+
+
+def test_units_left_in_are_tolerated():
+    assert parse_gpu_csv("0, GPU-x, NVIDIA H200, 123 MiB, 143771 MiB\n")[0].used_mib == 123
+
+
+def test_name_containing_comma_is_rejoined():
+    apps = parse_apps_csv("77, python3 train.py --tags a, b, 100, GPU-x\n")
+    assert apps == [{"pid": 77, "name": "python3 train.py --tags a, b", "used_mib": 100, "gpu_uuid": "GPU-x"}]
+
+
+def test_garbage_line_raises():
+    with pytest.raises(ProbeError):
+        parse_gpu_csv("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
+
+
+def _me():
+    return {"uid": 0, "user": "root", "pid": 9, "sid": 9, "pgid": 9}
+
+
+def test_probe_from_smi_enriches_from_proc():
+    doc = {"source": "nvidia-smi", "gpus_csv": REAL_GPUS, "apps_csv": REAL_APPS, "errors": ["pynvml: boom"],
+           "me": _me(),
+           "procs": {"2338147": {"state": "S", "ppid": 1, "pgid": 2338147, "sid": 2338147, "start": 555,
+                                 "uid": 1000, "user": "alice", "comm": "python3", "argv": ["python3", "train.py"]},
+                     "2338200": None},
+           "groups": {"2338147": [{"pid": 2338147, "uid": 1000, "comm": "python3"}]}}
+    state = parse_probe(doc)
+    assert state.available and state.source == "nvidia-smi"
+    p0, p1 = state.processes
+    assert (p0.pid, p0.gpu_index, p0.user, p0.cmdline, p0.start, p0.pgid) == (
+        2338147, 0, "alice", "python3 train.py", 555, 2338147)
+    assert len(p0.group) == 1
+    assert p1.gpu_index == 2 and p1.start is None  # gone from /proc between the two reads
+    assert state.errors == ("pynvml: boom",)
+
+
+def test_probe_none_is_unavailable_with_reason():
+    state = parse_probe({"source": "none", "errors": ["pynvml: NVMLError_LibraryNotFound", "nvidia-smi: not found"],
+                         "me": _me()})
+    assert not state.available
+    assert "LibraryNotFound" in state.error and "nvidia-smi: not found" in state.error
+
+
+def test_probe_with_driver_but_no_gpus():
+    state = parse_probe({"source": "pynvml", "gpus": [], "apps": [], "me": _me()})
+    assert not state.available and state.error == "no GPUs found"
