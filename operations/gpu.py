@@ -1,6 +1,8 @@
 """GPU operations: ``gpu.idle`` makes GPUs free of compute processes and proves their memory is released."""
 from __future__ import annotations
 
+import json
+
 from pyinfra import host, logger, state
 from pyinfra.api import FunctionCommand, operation
 
@@ -103,8 +105,9 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
 
 
 def _converge(state, host, python, sel, plan, timing) -> bool:
-    def read():
-        return host.get_fact(GpuStateFact, python=python)
+    def read(condition, budget):
+        wait = None if condition is None else json.dumps({**condition, "budget_s": round(budget, 3)})
+        return host.get_fact(GpuStateFact, python=python, wait=wait)
 
     def kill(signal: str, targets) -> None:
         ok, output = host.run_shell_command(python_script(python, "signal_procs.py", signal,

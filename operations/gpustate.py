@@ -6,11 +6,7 @@ from dataclasses import dataclass, field
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from .errors import ProbeError
 from .remote import guarded, python_script
-
-NA_VALUES = {"[N/A]", "N/A", "[Not Supported]", "[Insufficient Permissions]", "[Unknown Error]", ""}
-
 
 @dataclass(frozen=True)
 class Gpu:
@@ -61,6 +57,8 @@ class GpuState:
     probe_user: str = "?"
     probe_sid: int = 0
     errors: tuple[str, ...] = field(default=())
+    settled: bool = False  # the probe saw its --wait condition hold for the stable window
+    waited_s: float = 0.0  # how long the probe sampled on the host before answering
 
     @property
     def available(self) -> bool:
@@ -79,42 +77,6 @@ class GpuState:
         return [p for p in self.processes if p.gpu_index == index]
 
 
-def _num(text: str) -> int | None:
-    text = text.strip()
-    if text in NA_VALUES:
-        return None
-    return int(float(text.split()[0]))  # tolerate "123 MiB" when units were not suppressed
-
-
-def _rows(csv_text: str, width: int, name_col: int) -> list[list[str]]:
-    rows = []
-    for line in csv_text.splitlines():
-        if not line.strip() or line.startswith("No running processes"):
-            continue
-        parts = [p.strip() for p in line.split(", ")]
-        if len(parts) > width:  # only the name column may itself contain ", ": rejoin it
-            tail = width - name_col - 1
-            parts = parts[:name_col] + [", ".join(parts[name_col:len(parts) - tail])] + parts[len(parts) - tail:]
-        if len(parts) != width:
-            raise ProbeError(f"unexpected nvidia-smi line: {line!r}")
-        rows.append(parts)
-    return rows
-
-
-def parse_gpu_csv(text: str) -> list[Gpu]:
-    """``--query-gpu=index,uuid,name,memory.used,memory.total --format=csv,noheader,nounits``."""
-    gpus = []
-    for index, uuid, name, used, total in _rows(text, 5, name_col=2):
-        gpus.append(Gpu(int(index), uuid, name, _num(used) or 0, _num(total) or 0))
-    return gpus
-
-
-def parse_apps_csv(text: str) -> list[dict]:
-    """``--query-compute-apps=pid,process_name,used_gpu_memory,gpu_uuid --format=csv,noheader,nounits``."""
-    return [{"pid": int(pid), "name": name, "used_mib": _num(used), "gpu_uuid": uuid}
-            for pid, name, used, uuid in _rows(text, 4, name_col=1)]
-
-
 def parse_probe(doc: dict) -> GpuState:
     """Turn the probe's JSON document into a GpuState."""
     me = doc.get("me", {})
@@ -123,12 +85,8 @@ def parse_probe(doc: dict) -> GpuState:
     source = doc.get("source", "none")
     if source == "none":
         return GpuState("none", **base)
-    if source == "nvidia-smi":
-        gpus = parse_gpu_csv(doc["gpus_csv"])
-        apps = parse_apps_csv(doc["apps_csv"])
-    else:
-        gpus = [Gpu(g["index"], g["uuid"], g["name"], g["used_mib"], g["total_mib"]) for g in doc["gpus"]]
-        apps = doc["apps"]
+    gpus = [Gpu(g["index"], g["uuid"], g["name"], g["used_mib"], g["total_mib"]) for g in doc["gpus"]]
+    apps = doc["apps"]
     index_of = {g.uuid: g.index for g in gpus}
     procs_info = doc.get("procs", {})
     groups = doc.get("groups", {})
@@ -141,14 +99,15 @@ def parse_probe(doc: dict) -> GpuState:
             name=app["name"] or info.get("comm", ""), user=info.get("user", "?"), uid=info.get("uid", -1),
             comm=info.get("comm", ""), cmdline=" ".join(info.get("argv", ())), pgid=info.get("pgid", 0),
             sid=info.get("sid", 0), start=info.get("start"), group=members))
-    return GpuState(source, tuple(gpus), tuple(processes), **base)
+    return GpuState(source, tuple(gpus), tuple(processes), settled=bool(doc.get("settled")),
+                    waited_s=float(doc.get("waited_s", 0.0)), **base)
 
 
-def probe_command(python: str = "python3", nvml: bool = True) -> StringCommand:
+def probe_command(python: str = "python3", nvml: bool = True, wait: str | None = None) -> StringCommand:
     """One round trip: the probe if the host has that Python, else a 'none' document saying why."""
     missing = json.dumps({"source": "none", "errors": [f"{python} not found on host"]})
-    probe = python_script(python, "probe_gpu.py", *([] if nvml else ["--no-nvml"]))
-    return guarded(python, probe, missing)
+    args = ([] if nvml else ["--no-nvml"]) + ([] if wait is None else ["--wait", wait])
+    return guarded(python, python_script(python, "probe_gpu.py", *args), missing)
 
 
 class GpuStateFact(FactBase):
@@ -157,6 +116,7 @@ class GpuStateFact(FactBase):
 
     + python: the interpreter on the host that runs the probe (pynvml is used if it can import it)
     + nvml: set False to skip pynvml and read nvidia-smi only
+    + wait: JSON condition the probe samples for on the host before answering (see probe_gpu.py)
 
     **Example:**
 
@@ -171,11 +131,11 @@ class GpuStateFact(FactBase):
     def default() -> GpuState:
         return GpuState("none", errors=("probe produced no output",))
 
-    def command(self, python: str = "python3", nvml: bool = True):
-        return probe_command(python, nvml)
+    def command(self, python: str = "python3", nvml: bool = True, wait: str | None = None):
+        return probe_command(python, nvml, wait)
 
     def process(self, output: list[str]) -> GpuState:
         try:
             return parse_probe(json.loads("\n".join(output)))
-        except (ValueError, KeyError, TypeError, ProbeError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             raise FactProcessError(f"unreadable GPU probe output: {exc}: {output[-3:]!r}") from exc

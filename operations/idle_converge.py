@@ -10,7 +10,7 @@ from typing import Callable
 
 from .gpustate import GpuProcess, GpuState
 from .idle_plan import IdlePlan, Selection, Target, held_mib, is_idle, unprotected
-from .waiting import Clock, Deadline, Stable, poll
+from .waiting import Clock, Deadline, ReadCost, Stable, poll
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,10 @@ def blocked_verdict(plan: IdlePlan) -> Verdict:
     return Verdict("blocked", plan.gpus, held_mib=plan.held_mib, refused=plan.foreign)
 
 
+def _waited(state: GpuState) -> float:
+    return state.waited_s
+
+
 def _alive(targets, state: GpuState) -> list[Target]:
     live = {(p.pid, p.start) for p in state.processes}
     return [t for t in targets if (t.pid, t.start) in live]
@@ -99,23 +103,54 @@ class Progress:
                  f"{', pids ' + _gpus(pids) if pids else ''}")
 
 
-def converge_idle(read: Callable[[], GpuState], kill: Callable[[str, list[Target]], None], plan: IdlePlan,
+def wait_condition(plan: IdlePlan, sel: Selection, timing: Timing, idle: bool) -> dict:
+    """What the probe samples for on the host: the targets gone, or (``idle``) the chosen GPUs idle."""
+    cond = {"gpus": list(plan.gpus), "absent": [t.pid for t in plan.targets], "idle": idle,
+            "interval_s": timing.poll_s, "stable_s": timing.stable_s}
+    if idle:
+        tolerated: dict[str, int] = {}
+        for p in plan.protected:
+            tolerated[str(p.gpu_index)] = tolerated.get(str(p.gpu_index), 0) + (p.used_mib or 0)
+        cond.update(tolerated_pids=[p.pid for p in plan.protected], tolerated_mib=tolerated,
+                    threshold_mib=sel.threshold_mib)
+    return cond
+
+
+Read = Callable[[dict | None, float], GpuState]  # (condition to wait for on the host, budget seconds)
+
+
+def converge_idle(read: Read, kill: Callable[[str, list[Target]], None], plan: IdlePlan,
                   sel: Selection, timing: Timing, clock: Clock, log: Callable[[str], None]) -> Verdict:
     """Run after SIGTERM went to ``plan.targets``; returns the verdict (never raises for a busy GPU)."""
     deadline = Deadline(clock, timing.deadline_s)
     progress = Progress(deadline, sel, timing.progress_s, log)
     stopped = {t.pid: "TERM" for t in plan.targets}
+    cost = ReadCost()
+    last = None
     if plan.targets:
         grace = Deadline(clock, min(timing.grace_s, deadline.remaining()))
-        waited = poll(read, lambda s: not _alive(plan.targets, s), grace, timing.poll_s, progress)
-        survivors = _alive(plan.targets, waited.value)
+        gone = wait_condition(plan, sel, timing, idle=False)
+        waited = poll(lambda budget: read(gone, budget), lambda s: not _alive(plan.targets, s), grace,
+                      timing.poll_s, progress, chunk=timing.progress_s, cost=cost, waited=_waited)
+        last = waited.value
+        if not waited.done and grace.remaining() > 0:  # poll stopped early so as not to overshoot: grace
+            clock.sleep(grace.remaining())                # is a minimum, so wait it out and look again
+            last = read(None, 0.0)
+        survivors = _alive(plan.targets, last)
         if survivors:
             for t in survivors:
                 log(f"pid {t.pid} ({t.label}) ignored SIGTERM for {grace.elapsed():.1f}s: sending SIGKILL")
                 stopped[t.pid] = "KILL"
             kill("KILL", survivors)
     stable = Stable(clock, timing.stable_s)
-    outcome = poll(read, lambda s: stable.update(is_idle(s, sel)), deadline, timing.poll_s, progress)
+    idle = wait_condition(plan, sel, timing, idle=True)
+
+    def settled(s: GpuState) -> bool:  # the probe proved the window on the host, or we saw it across reads
+        return stable.update(is_idle(s, sel)) or (s.settled and is_idle(s, sel))
+
+    outcome = poll(lambda budget: read(idle, budget), settled, deadline, timing.poll_s, progress,
+                   chunk=timing.progress_s, cost=cost, waited=_waited,
+                   initial=last if plan.targets and deadline.remaining() - cost.margin() <= 0 else None)
     final = outcome.value
     common = dict(elapsed=deadline.elapsed(), held_mib=held_mib(final, sel), stopped=stopped)
     if outcome.done:

@@ -17,9 +17,14 @@ def _base(text: str) -> str:
     return os.path.basename(text.split(" ", 1)[0]) if text else ""
 
 
+def comm_matches(comm: str, pattern: str) -> bool:
+    # the kernel truncates comm to 15 bytes: "nvidia-persistenced" shows as "nvidia-persiste"
+    return fnmatchcase(comm, pattern) or (len(comm) == 15 and fnmatchcase(comm, pattern[:15]))
+
+
 def is_protected(proc: GpuProcess, patterns: tuple[str, ...]) -> bool:
-    names = {proc.comm, _base(proc.name), _base(proc.cmdline)} - {""}
-    return any(fnmatchcase(n, pat) for n in names for pat in patterns)
+    names = {_base(proc.name), _base(proc.cmdline)} - {""}
+    return any(comm_matches(proc.comm, pat) or any(fnmatchcase(n, pat) for n in names) for pat in patterns)
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,7 @@ def _signal_group(proc: GpuProcess, state: GpuState, sel: Selection) -> bool:
     """Signal the whole process group only if every member is ours to stop (same uid, nothing protected)."""
     if proc.pgid <= 1 or proc.sid == state.probe_sid or not proc.group:
         return False
-    return all(m.uid == proc.uid and not any(fnmatchcase(m.comm, pat) for pat in sel.protected)
+    return all(m.uid == proc.uid and not any(comm_matches(m.comm, pat) for pat in sel.protected)
                for m in proc.group)
 
 

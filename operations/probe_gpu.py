@@ -1,34 +1,69 @@
-"""Remote GPU probe: run on the target host as ``python3 -c <this file> [--no-nvml]``; prints one JSON document.
+"""Remote GPU probe: run on the target host as ``python3 -c <this file> [--no-nvml] [--wait JSON]``.
 
-Standard library only (pynvml is used when the host's Python has it). Sources, in order: pynvml, then
-``nvidia-smi`` CSV (returned raw; the controller parses it). Each GPU process is enriched from /proc: user,
-cmdline, comm, process group, session and start time (to guard signals against PID reuse), and the members of
-its process group (so a group is only signalled when every member may be).
+Prints one JSON document. Standard library only; pynvml is used when the host's Python imports and initialises
+it, else ``nvidia-smi`` CSV is read (both queries at once) and parsed here. Each GPU process is enriched from
+/proc: user, cmdline, comm, process group, session and start time (so signals are guarded against PID reuse),
+and the members of its process group (so a group is only signalled when every member may be).
+
+``--wait`` makes the probe sample on the host until a condition holds (for ``stable_s`` over two samples) or
+``budget_s`` runs out, so waiting for memory release costs one round trip per progress line, not per sample.
+The controller re-checks every document it gets; the condition here only decides when to answer.
 """
 import json
 import os
 import pwd
 import subprocess
 import sys
+import time
 
 GPU_QUERY = "index,uuid,name,memory.used,memory.total"
 APP_QUERY = "pid,process_name,used_gpu_memory,gpu_uuid"
-NA = 0xFFFFFFFFFFFFFFFF
+NA_VALUES = {"[N/A]", "N/A", "[Not Supported]", "[Insufficient Permissions]", "[Unknown Error]", ""}
+NVML_NA = 0xFFFFFFFFFFFFFFFF
 MIB = 1024 * 1024
 
 
-def user_of(uid):
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
+# ---- nvidia-smi CSV (--format=csv,noheader,nounits) -------------------------------------------------------
+def csv_rows(text, width, name_col):
+    rows = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("No running processes"):
+            continue
+        parts = [p.strip() for p in line.split(", ")]
+        if len(parts) > width:  # only the name column may itself contain ", ": rejoin it
+            tail = width - name_col - 1
+            parts = parts[:name_col] + [", ".join(parts[name_col:len(parts) - tail])] + parts[len(parts) - tail:]
+        if len(parts) != width:
+            raise ValueError(f"unexpected nvidia-smi line: {line!r}")
+        rows.append(parts)
+    return rows
 
 
-def from_nvml():
+def mib(text):
+    text = text.strip()
+    if text in NA_VALUES:
+        return None
+    return int(float(text.split()[0]))  # tolerate "123 MiB" when units were not suppressed
+
+
+def parse_gpu_csv(text):
+    return [{"index": int(i), "uuid": uuid, "name": name, "used_mib": mib(used) or 0, "total_mib": mib(total) or 0}
+            for i, uuid, name, used, total in csv_rows(text, 5, name_col=2)]
+
+
+def parse_apps_csv(text):
+    return [{"pid": int(pid), "name": name, "used_mib": mib(used), "gpu_uuid": uuid}
+            for pid, name, used, uuid in csv_rows(text, 4, name_col=1)]
+
+
+# ---- sources: each returns a sampler giving {"gpus": [...], "apps": [...]} -------------------------------
+def nvml_source():
     import pynvml
 
     pynvml.nvmlInit()
-    try:
+    driver = pynvml.nvmlSystemGetDriverVersion()
+
+    def sample():
         gpus, apps = [], []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
@@ -39,24 +74,73 @@ def from_nvml():
             for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
                 used = p.usedGpuMemory
                 apps.append({"pid": p.pid, "gpu_uuid": uuid, "name": "",
-                             "used_mib": None if used is None or used == NA else used // MIB})
-        return {"source": "pynvml", "driver": pynvml.nvmlSystemGetDriverVersion(), "gpus": gpus, "apps": apps}
-    finally:
-        pynvml.nvmlShutdown()
+                             "used_mib": None if used is None or used == NVML_NA else used // MIB})
+        return {"gpus": gpus, "apps": apps}
+
+    return "pynvml", driver, sample
 
 
-def smi(query):
-    out = subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, timeout=30)
-    if out.returncode != 0:
-        raise RuntimeError((out.stdout + out.stderr).strip() or f"nvidia-smi exited {out.returncode}")
-    return out.stdout
+def smi_source():
+    def sample():
+        procs = [subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for query in
+                 ("--query-gpu=" + GPU_QUERY, "--query-compute-apps=" + APP_QUERY)]
+        outs = [p.communicate(timeout=60)[0] for p in procs]
+        for p, out in zip(procs, outs):
+            if p.returncode != 0:
+                raise RuntimeError(out.strip() or f"nvidia-smi exited {p.returncode}")
+        return {"gpus": parse_gpu_csv(outs[0]), "apps": parse_apps_csv(outs[1])}
+
+    sample()  # fail here, so the error is reported as this source's
+    return "nvidia-smi", None, sample
 
 
-def from_smi():
-    gpus_csv = smi("--query-gpu=" + GPU_QUERY)
-    apps_csv = smi("--query-compute-apps=" + APP_QUERY)
-    return {"source": "nvidia-smi", "gpus_csv": gpus_csv, "apps_csv": apps_csv}
+# ---- waiting on the host ------------------------------------------------------------------------------------
+def satisfied(doc, cond):
+    """``absent``: none of these pids on a GPU. ``idle``: chosen GPUs hold only tolerated pids and memory."""
+    absent = set(cond.get("absent", ()))
+    if any(a["pid"] in absent for a in doc["apps"]):
+        return False
+    if not cond.get("idle"):
+        return True
+    chosen = set(cond["gpus"])
+    tolerated = set(cond.get("tolerated_pids", ()))
+    uuids = {g["uuid"] for g in doc["gpus"] if g["index"] in chosen}
+    if any(a["gpu_uuid"] in uuids and a["pid"] not in tolerated for a in doc["apps"]):
+        return False
+    allow = cond.get("tolerated_mib", {})
+    return all(g["used_mib"] - allow.get(str(g["index"]), 0) <= cond["threshold_mib"]
+               for g in doc["gpus"] if g["index"] in chosen)
+
+
+def wait(sample, doc, cond):
+    end = time.monotonic() + cond["budget_s"]
+    need = 2 if cond.get("idle") else 1
+    since, hits, cost = None, 0, 0.0
+    while True:
+        now = time.monotonic()
+        if satisfied(doc, cond):
+            since = now if since is None else since
+            hits += 1
+            if hits >= need and now - since >= cond.get("stable_s", 0):
+                return doc, True
+        else:
+            since, hits = None, 0
+        pause = cond.get("interval_s", 0.02)
+        if time.monotonic() + pause + cost > end:
+            return doc, False
+        time.sleep(pause)
+        t0 = time.monotonic()
+        doc = sample()
+        cost = max(cost, time.monotonic() - t0)
+
+
+# ---- /proc enrichment -------------------------------------------------------------------------------------
+def user_of(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def stat_of(pid):
@@ -82,50 +166,48 @@ def proc_info(pid):
 
 def group_members(pgids):
     members = {str(g): [] for g in pgids}
+    if not members:
+        return members
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             st = stat_of(int(entry))
+            if str(st["pgid"]) not in members:
+                continue
             uid = os.stat(f"/proc/{entry}").st_uid
             with open(f"/proc/{entry}/comm") as fh:
                 comm = fh.read().strip()
         except (OSError, ValueError, IndexError):
             continue
-        if str(st["pgid"]) in members:
-            members[str(st["pgid"])].append({"pid": int(entry), "uid": uid, "comm": comm})
+        members[str(st["pgid"])].append({"pid": int(entry), "uid": uid, "comm": comm})
     return members
 
 
-def app_pids(doc):
-    if "apps" in doc:
-        return {a["pid"] for a in doc["apps"]}
-    pids = set()
-    for line in doc["apps_csv"].splitlines():
-        head = line.split(",", 1)[0].strip()
-        if head.isdigit():
-            pids.add(int(head))
-    return pids
-
-
 def main(argv):
-    errors = []
-    doc = None
-    sources = [from_smi] if "--no-nvml" in argv else [from_nvml, from_smi]
+    cond = json.loads(argv[argv.index("--wait") + 1]) if "--wait" in argv else None
+    sources = [smi_source] if "--no-nvml" in argv else [nvml_source, smi_source]
+    labels = {nvml_source: "pynvml", smi_source: "nvidia-smi"}
+    errors, doc = [], {"source": "none"}
     for source in sources:
         try:
-            doc = source()
-            break
+            label, driver, sample = source()
+            doc = sample()
         except Exception as exc:  # noqa: BLE001 - every failure is reported, then the next source is tried
-            errors.append(f"{source.__name__[5:]}: {type(exc).__name__}: {exc}")
-    if doc is None:
-        doc = {"source": "none"}
+            errors.append(f"{labels[source]}: {type(exc).__name__}: {exc}")
+            continue
+        doc.update(source=label, driver=driver, settled=False)
+        if cond:
+            t0 = time.monotonic()
+            sampled, settled = wait(sample, doc, cond)
+            doc.update(sampled, settled=settled, waited_s=round(time.monotonic() - t0, 4))
+        break
     doc["errors"] = errors
     me = stat_of(os.getpid())
     doc["me"] = {"uid": os.getuid(), "user": user_of(os.getuid()), "pid": os.getpid(), "sid": me["sid"],
                  "pgid": me["pgid"]}
     if doc["source"] != "none":
-        procs = {str(pid): proc_info(pid) for pid in sorted(app_pids(doc))}
+        procs = {str(pid): proc_info(pid) for pid in sorted({a["pid"] for a in doc["apps"]})}
         doc["procs"] = procs
         doc["groups"] = group_members({p["pgid"] for p in procs.values() if p})
     sys.stdout.write(json.dumps(doc) + "\n")

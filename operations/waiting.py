@@ -60,36 +60,53 @@ class Stable:
 
 
 @dataclass
+class ReadCost:
+    """Worst time a read spent beyond waiting on the host; shared by the polls of one wait so none overshoots."""
+
+    worst: float | None = None  # unknown until the first read: that one gets no budget to wait
+
+    def margin(self) -> float:
+        return self.worst or 0.0
+
+
+@dataclass
 class Outcome(Generic[T]):
     value: T
     done: bool
     reads: int
 
 
-def poll(read: Callable[[], T], done: Callable[[T], bool], deadline: Deadline, interval: float,
-         on_read: Callable[[T], None] | None = None) -> Outcome[T]:
-    """Call ``read`` until ``done(value)`` or the deadline.
+def poll(read: Callable[[float], T], done: Callable[[T], bool], deadline: Deadline, interval: float,
+         on_read: Callable[[T], None] | None = None, chunk: float = 0.0, initial: T | None = None,
+         cost: ReadCost | None = None, waited: Callable[[T], float] = lambda value: 0.0) -> Outcome[T]:
+    """Call ``read(budget)`` until ``done(value)`` or the deadline.
 
-    The deadline is never overshot: a read is not started unless the longest read so far still fits.
+    ``budget`` is how long one read may itself wait on the host (at most ``chunk``). The deadline is never
+    overshot: each budget leaves room for the worst overhead seen so far, and no read starts without it.
+    ``initial``: a reading already taken when no time is left; it is judged instead of reading again.
+    ``waited``: how long a reading says it spent waiting on the host (the rest of its duration is overhead).
     """
+    if initial is not None:
+        return Outcome(initial, done(initial), 0)
     clock = deadline.clock
-    longest = [0.0]
+    cost = ReadCost() if cost is None else cost
     reads = [0]
 
     def timed_read() -> T:
+        budget = 0.0 if cost.worst is None else max(0.0, min(chunk, deadline.remaining() - cost.worst))
         t0 = clock.now()
-        value = read()
-        longest[0] = max(longest[0], clock.now() - t0)
+        value = read(budget)
+        cost.worst = max(cost.margin(), clock.now() - t0 - waited(value))
         reads[0] += 1
         if on_read:
             on_read(value)
         return value
 
     def no_time_left(_: tenacity.RetryCallState) -> bool:
-        return deadline.remaining() - longest[0] <= 0
+        return deadline.remaining() - cost.margin() <= 0
 
     def pause(_: tenacity.RetryCallState) -> float:
-        return max(0.0, min(interval, deadline.remaining() - longest[0]))
+        return max(0.0, min(interval, deadline.remaining() - cost.margin()))
 
     retrying = tenacity.Retrying(
         stop=no_time_left, wait=pause, sleep=clock.sleep,

@@ -76,3 +76,8 @@ def test_na_memory_under_mig():
     s = state((5000,), proc(40, 0, None))
     (t,) = plan_idle(s, Selection()).targets
     assert t.mib is None and "? MiB" in t.describe()
+
+
+def test_protected_matches_truncated_comm_alone():
+    s = state((300,), proc(5, 0, 300, name="nvidia-persiste", cmdline=""))
+    assert plan_idle(s, Selection()).idle

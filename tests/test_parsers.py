@@ -1,8 +1,8 @@
 """nvidia-smi CSV and probe-document parsers, on output captured from the real tools."""
 import pytest
 
-from operations.errors import ProbeError
-from operations.gpustate import parse_apps_csv, parse_gpu_csv, parse_probe
+from operations.gpustate import parse_probe
+from operations.probe_gpu import parse_apps_csv, parse_gpu_csv, satisfied
 
 # nvidia-smi 550.54.15 on an 8x H100 node, two GPUs in MIG mode (memory per process is [N/A] there)
 REAL_GPUS = """\
@@ -18,9 +18,10 @@ REAL_APPS = """\
 
 def test_gpu_csv_with_na_memory():
     gpus = parse_gpu_csv(REAL_GPUS)
-    assert [(g.index, g.used_mib, g.total_mib) for g in gpus] == [(0, 72419, 81559), (1, 4, 81559), (2, 0, 81559)]
-    assert gpus[0].name == "NVIDIA H100 80GB HBM3"
-    assert gpus[1].uuid == "GPU-7b2d9e3c-1f4a-6c8d-9e0b-3a5c7d9e1f23"
+    assert [(g["index"], g["used_mib"], g["total_mib"]) for g in gpus] == [(0, 72419, 81559), (1, 4, 81559),
+                                                                           (2, 0, 81559)]
+    assert gpus[0]["name"] == "NVIDIA H100 80GB HBM3"
+    assert gpus[1]["uuid"] == "GPU-7b2d9e3c-1f4a-6c8d-9e0b-3a5c7d9e1f23"
 
 
 def test_apps_csv_with_na_and_spaces():
@@ -37,7 +38,7 @@ def test_no_processes_is_empty():
 
 
 def test_units_left_in_are_tolerated():
-    assert parse_gpu_csv("0, GPU-x, NVIDIA H200, 123 MiB, 143771 MiB\n")[0].used_mib == 123
+    assert parse_gpu_csv("0, GPU-x, NVIDIA H200, 123 MiB, 143771 MiB\n")[0]["used_mib"] == 123
 
 
 def test_name_containing_comma_is_rejoined():
@@ -46,7 +47,7 @@ def test_name_containing_comma_is_rejoined():
 
 
 def test_garbage_line_raises():
-    with pytest.raises(ProbeError):
+    with pytest.raises(ValueError, match="unexpected nvidia-smi line"):
         parse_gpu_csv("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
 
 
@@ -55,7 +56,8 @@ def _me():
 
 
 def test_probe_from_smi_enriches_from_proc():
-    doc = {"source": "nvidia-smi", "gpus_csv": REAL_GPUS, "apps_csv": REAL_APPS, "errors": ["pynvml: boom"],
+    doc = {"source": "nvidia-smi", "gpus": parse_gpu_csv(REAL_GPUS), "apps": parse_apps_csv(REAL_APPS),
+           "errors": ["pynvml: boom"],
            "me": _me(),
            "procs": {"2338147": {"state": "S", "ppid": 1, "pgid": 2338147, "sid": 2338147, "start": 555,
                                  "uid": 1000, "user": "alice", "comm": "python3", "argv": ["python3", "train.py"]},
@@ -81,3 +83,17 @@ def test_probe_none_is_unavailable_with_reason():
 def test_probe_with_driver_but_no_gpus():
     state = parse_probe({"source": "pynvml", "gpus": [], "apps": [], "me": _me()})
     assert not state.available and state.error == "no GPUs found"
+
+
+def _sample(used, apps):
+    return {"gpus": [{"index": i, "uuid": f"GPU-{i}", "used_mib": u} for i, u in enumerate(used)],
+            "apps": [{"pid": pid, "gpu_uuid": f"GPU-{g}"} for pid, g in apps]}
+
+
+def test_wait_condition_on_the_host():
+    gone = {"absent": [10], "idle": False}
+    assert not satisfied(_sample([100, 0], [(10, 0)]), gone) and satisfied(_sample([100, 0], []), gone)
+    idle = {"gpus": [0], "idle": True, "tolerated_pids": [5], "tolerated_mib": {"0": 300}, "threshold_mib": 256}
+    assert satisfied(_sample([500, 9000], [(5, 0), (6, 1)]), idle)  # 500-300 <= 256; GPU 1 not chosen
+    assert not satisfied(_sample([600, 0], [(5, 0)]), idle)
+    assert not satisfied(_sample([300, 0], [(5, 0), (7, 0)]), idle)
