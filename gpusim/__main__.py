@@ -17,7 +17,6 @@ import argparse
 import json
 import shlex
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 from . import holder, ledger
@@ -69,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(json.dumps(info))
     elif a.cmd == "ls":
-        print(json.dumps(asdict(ledger.snapshot(root)), indent=2))
+        print(json.dumps(ledger.snapshot(root).asdict(), indent=2))
     elif a.cmd == "reset":
         print(f"released {ledger.release_all(root)} allocation(s)")
     elif a.cmd == "driver":

@@ -13,13 +13,13 @@ the release delay, the way a real driver tears a CUDA context down; ``stuck`` al
 """
 from __future__ import annotations
 
+# Startup cost matters: nvidia-smi and the NVML stand-in run this on every read, so it avoids dataclasses and
+# pathlib (tens of milliseconds of imports each on a slow core) and works on os.path strings.
 import contextlib
 import fcntl
 import json
 import os
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
 DEFAULT_RELEASE_DELAY_S = 2.0
 H200_MIB = 143771
@@ -33,40 +33,47 @@ class NoDriver(Exception):
     """The host directory has no (loaded) driver."""
 
 
-@dataclass
-class GpuRecord:
-    index: int
-    uuid: str
-    name: str
-    total_mib: int
-    used_mib: int = 0
-    mig: bool = False
-    bus_id: str = ""
+class _Record:
+    __slots__ = ()
+
+    def __init__(self, *args):
+        for name, value in zip(self.__slots__, args):
+            setattr(self, name, value)
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.asdict() == other.asdict()
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
+
+    def asdict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__slots__}
 
 
-@dataclass
-class ProcRecord:
-    gpu_index: int
-    pid: int
-    used_mib: int | None  # None where the driver reports [N/A] (MIG)
-    name: str
+class GpuRecord(_Record):
+    __slots__ = ("index", "uuid", "name", "total_mib", "used_mib", "mig", "bus_id")
 
 
-@dataclass
-class Snapshot:
-    driver: str
-    cuda: int
-    gpus: list[GpuRecord] = field(default_factory=list)
-    procs: list[ProcRecord] = field(default_factory=list)
+class ProcRecord(_Record):
+    __slots__ = ("gpu_index", "pid", "used_mib", "name")  # used_mib None where the driver reports [N/A] (MIG)
 
 
-def _host_file(root: Path) -> Path:
-    return root / "host.json"
+class Snapshot(_Record):
+    __slots__ = ("driver", "cuda", "gpus", "procs")
+
+    def asdict(self) -> dict:
+        return {"driver": self.driver, "cuda": self.cuda, "gpus": [g.asdict() for g in self.gpus],
+                "procs": [p.asdict() for p in self.procs]}
 
 
-def load_host(root: Path) -> dict:
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
+
+
+def load_host(root) -> dict:
     try:
-        host = json.loads(_host_file(root).read_text())
+        host = json.loads(_read(os.path.join(root, "host.json")))
     except FileNotFoundError:
         raise NoDriver(f"no simulated host at {root}") from None
     if not host.get("driver_loaded", True):
@@ -74,15 +81,13 @@ def load_host(root: Path) -> dict:
     return host
 
 
-def save_host(root: Path, host: dict) -> None:
-    _atomic_write(_host_file(root), host)
+def save_host(root, host: dict) -> None:
+    _atomic_write(os.path.join(root, "host.json"), host)
 
 
-def init_host(root: Path, gpus: int = 8, total_mib: int = H200_MIB, name: str = "NVIDIA H200",
-              release_delay_s: float = DEFAULT_RELEASE_DELAY_S, mig: tuple[int, ...] = (),
-              base_mib: int = 0) -> dict:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "ledger").mkdir(exist_ok=True)
+def init_host(root, gpus: int = 8, total_mib: int = H200_MIB, name: str = "NVIDIA H200",
+              release_delay_s: float = DEFAULT_RELEASE_DELAY_S, mig: tuple = (), base_mib: int = 0) -> dict:
+    os.makedirs(os.path.join(root, "ledger"), exist_ok=True)
     seed = int.from_bytes(os.urandom(4), "big")
     host = {
         "driver": "550.54.15",
@@ -100,16 +105,18 @@ def init_host(root: Path, gpus: int = 8, total_mib: int = H200_MIB, name: str = 
     return host
 
 
-def _atomic_write(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj))
+def _atomic_write(path: str, obj: dict) -> None:
+    head, tail = os.path.split(path)
+    tmp = os.path.join(head, f".{tail}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(json.dumps(obj))
     os.replace(tmp, path)
 
 
 @contextlib.contextmanager
-def locked(root: Path):
+def locked(root):
     """Serialise ledger writers (allocations must not oversubscribe a GPU)."""
-    with open(root / ".lock", "a+") as fh:
+    with open(os.path.join(root, ".lock"), "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         yield
 
@@ -117,7 +124,7 @@ def locked(root: Path):
 def proc_start_time(pid: int) -> int | None:
     """Start time (clock ticks since boot) of a live, non-zombie PID; None if it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = _read(f"/proc/{pid}/stat")
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     fields = stat[stat.rindex(")") + 2:].split()  # comm may contain spaces and parentheses
@@ -126,16 +133,20 @@ def proc_start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
-def _entries(root: Path):
-    for path in sorted((root / "ledger").glob("*.json")):
+def _entries(root):
+    folder = os.path.join(root, "ledger")
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        path = os.path.join(folder, name)
         try:
-            yield path, json.loads(path.read_text())
+            yield path, json.loads(_read(path))
         except (FileNotFoundError, json.JSONDecodeError):
             continue  # removed or being replaced under us
 
 
-def allocate(root: Path, pid: int, mib_by_gpu: dict[int, int], name: str, *, stuck: bool = False,
-             release_delay_s: float | None = None) -> Path:
+def allocate(root, pid: int, mib_by_gpu: dict, name: str, *, stuck: bool = False,
+             release_delay_s: float | None = None) -> str:
     """Record that live process ``pid`` holds memory; raises OutOfMemory if any GPU lacks room."""
     start = proc_start_time(pid)
     if start is None:
@@ -153,28 +164,28 @@ def allocate(root: Path, pid: int, mib_by_gpu: dict[int, int], name: str, *, stu
                     f"({gpus[idx].total_mib} MiB total, {free} MiB free)")
         entry = {"pid": pid, "start": start, "gpus": {str(k): v for k, v in mib_by_gpu.items()},
                  "name": name, "stuck": stuck, "release_delay_s": release_delay_s, "dead_at": None}
-        path = root / "ledger" / f"{pid}-{start}.json"
+        path = os.path.join(root, "ledger", f"{pid}-{start}.json")
         _atomic_write(path, entry)
         return path
 
 
-def mark_dead(path: Path, when: float) -> None:
+def mark_dead(path: str, when: float) -> None:
     """Record the moment the holder died (the driver starts tearing its context down)."""
     with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
-        entry = json.loads(path.read_text())
+        entry = json.loads(_read(path))
         if entry.get("dead_at") is None:
             entry["dead_at"] = when
             _atomic_write(path, entry)
 
 
-def snapshot(root: Path, now: float | None = None) -> Snapshot:
+def snapshot(root, now: float | None = None) -> Snapshot:
     """What the driver reports right now: used memory per GPU and live compute processes."""
     host = load_host(root)
     now = time.time() if now is None else now
     gpus = [GpuRecord(g["index"], g["uuid"], g["name"], g["total_mib"], g.get("base_mib", 0),
                       g.get("mig", False), g.get("bus_id", "")) for g in host["gpus"]]
     by_index = {g.index: g for g in gpus}
-    snap = Snapshot(host["driver"], host["cuda"], gpus)
+    snap = Snapshot(host["driver"], host["cuda"], gpus, [])
     for path, entry in _entries(root):
         alive = entry["dead_at"] is None and proc_start_time(entry["pid"]) == entry["start"]
         if not alive:
@@ -186,7 +197,7 @@ def snapshot(root: Path, now: float | None = None) -> Snapshot:
             delay = host["release_delay_s"] if delay is None else delay
             if not entry["stuck"] and now >= dead_at + delay:
                 with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+                    os.unlink(path)
                 continue
         for idx, mib in entry["gpus"].items():
             gpu = by_index.get(int(idx))
@@ -198,12 +209,12 @@ def snapshot(root: Path, now: float | None = None) -> Snapshot:
     return snap
 
 
-def release_all(root: Path) -> int:
+def release_all(root) -> int:
     """Drop every allocation (the simulator's 'GPU reset'); returns how many were dropped."""
     n = 0
     with locked(root):
         for path, _ in _entries(root):
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+                os.unlink(path)
                 n += 1
     return n

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 
 from . import ledger
 
@@ -119,7 +118,7 @@ def _parse_args(argv: list[str]) -> dict:
 
 
 def main(argv: list[str], out=sys.stdout, err=sys.stderr) -> int:
-    root = Path(os.environ.get("GPUSIM_ROOT", ""))
+    root = os.environ.get("GPUSIM_ROOT", "")
     try:
         snap = ledger.snapshot(root)
     except ledger.NoDriver:
@@ -158,7 +157,7 @@ def main(argv: list[str], out=sys.stdout, err=sys.stderr) -> int:
 def snapshot_main(out=sys.stdout) -> int:
     """``gpusim-snapshot``: the ledger in the tab-separated form the libnvidia-ml stand-in reads."""
     try:
-        snap = ledger.snapshot(Path(os.environ.get("GPUSIM_ROOT", "")))
+        snap = ledger.snapshot(os.environ.get("GPUSIM_ROOT", ""))
     except ledger.NoDriver as exc:
         sys.stderr.write(f"{exc}\n")
         return 9
