@@ -1,0 +1,193 @@
+"""Config X: a server config in SGLang's own ``--config`` YAML key style, plus a ``specops:`` section.
+
+.. code:: yaml
+
+    model-path: meta-llama/Llama-3.1-8B-Instruct
+    speculative-algorithm: EAGLE3
+    speculative-draft-model-path: jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B
+    speculative-num-steps: 3
+    speculative-eagle-topk: 4
+    speculative-num-draft-tokens: 16
+    api-key: ${SGLANG_API_KEY}          # secret: resolved from the controller's environment
+    specops:
+      engine: sglang                    # or vllm
+      min_accept_length: 2.0            # readiness: reported average accept length must reach this
+      ready_timeout_s: 900
+      env: {HF_TOKEN: "${HF_TOKEN}"}    # environment for the server; *TOKEN*/*KEY*/*SECRET* names are secret
+
+Keys outside ``specops:`` are server arguments (``model-path``, ``model_path`` and aliases like ``model`` are the
+same key). A config is selected with ``--data config=<name or path>`` (names look in ``configs/``) or passed as
+a :class:`ServerConfig` to ``server.running``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+from .errors import ConfigError
+
+SECRET_ARGS = frozenset({"api_key", "admin_api_key"})
+SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.I)
+ENGINES = ("sglang", "vllm")
+DEFAULT_LAUNCHER = {"sglang": ("python3", "-m", "sglang.launch_server"), "vllm": ("vllm", "serve")}
+# specops keys whose change needs no restart: they only steer verification
+VERIFY_KEYS = ("min_accept_length", "ready_timeout_s", "prompt", "stop_grace_s")
+SPECOPS_KEYS = frozenset({"engine", "launcher", "env", "secret_fields", "gpus", "name", *VERIFY_KEYS})
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class Issue:
+    field: str
+    message: str
+    host: str = "*"
+
+    def __str__(self) -> str:
+        return f"[{self.host}] {self.field}: {self.message}"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """A desired server: engine, its arguments (by dest), environment, secrets and verification settings."""
+
+    name: str
+    engine: str = "sglang"
+    args: dict = field(default_factory=dict)  # dest -> value (sglang) / option name -> value (vllm)
+    env: dict = field(default_factory=dict)
+    secret_fields: frozenset = frozenset()  # arg dests and env names whose values are secret
+    launcher: tuple = ()
+    min_accept_length: float | None = None
+    ready_timeout_s: float = 900.0
+    prompt: str = "The capital of France is"
+    stop_grace_s: float = 30.0
+    gpus: tuple | None = None  # GPU indices the server uses (default: 0 .. tp*dp-1 on the node)
+    source: str = "<python>"
+
+    def __post_init__(self):
+        if not self.launcher:
+            object.__setattr__(self, "launcher", DEFAULT_LAUNCHER.get(self.engine, ()))
+
+    # --- secrets -----------------------------------------------------------------------------------
+    def is_secret(self, key: str) -> bool:
+        return key in self.secret_fields or key in SECRET_ARGS or (key in self.env and bool(SECRET_ENV.search(key)))
+
+    def masked_args(self) -> dict:
+        return {k: "<secret>" if self.is_secret(k) and v is not None else v for k, v in self.args.items()}
+
+    # --- identity ------------------------------------------------------------------------------------
+    def restart_identity(self) -> dict:
+        """Everything whose change needs a restart (secrets by digest only)."""
+        def digest(v):
+            return "sha256:" + hashlib.sha256(str(v).encode()).hexdigest()[:16]
+        args = {k: digest(v) if self.is_secret(k) else v for k, v in sorted(self.args.items())}
+        env = {k: digest(v) if self.is_secret(k) else v for k, v in sorted(self.env.items())}
+        return {"engine": self.engine, "launcher": list(self.launcher), "args": args, "env": env,
+                "gpus": list(self.gpus) if self.gpus is not None else None}
+
+    @property
+    def config_hash(self) -> str:
+        blob = json.dumps(self.restart_identity(), sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    # --- convenience ---------------------------------------------------------------------------------
+    @property
+    def speculative(self) -> bool:
+        if self.engine == "vllm":
+            return bool(self.args.get("speculative_config"))
+        return bool(self.args.get("speculative_algorithm"))
+
+    @property
+    def port(self) -> int:
+        return int(self.args.get("port", 30000 if self.engine == "sglang" else 8000))
+
+    def gpu_count(self) -> int:
+        if self.engine == "vllm":
+            return int(self.args.get("tensor_parallel_size", 1)) * int(self.args.get("data_parallel_size", 1))
+        return int(self.args.get("tp_size", 1)) * int(self.args.get("dp_size", 1)) // int(self.args.get("nnodes", 1))
+
+    def gpu_indices(self) -> list[int]:
+        if self.gpus is not None:
+            return list(self.gpus)
+        base = int(self.args.get("base_gpu_id", 0)) if self.engine == "sglang" else 0
+        return list(range(base, base + max(1, self.gpu_count())))
+
+    def with_args(self, **changes) -> "ServerConfig":
+        return replace(self, args={**self.args, **changes})
+
+
+def _resolve_env_refs(value, where: str, issues: list[Issue], environ):
+    if not isinstance(value, str):
+        return value
+
+    def sub(m):
+        if m.group(1) not in environ:
+            issues.append(Issue(where, f"environment variable {m.group(1)} is not set on the controller"))
+            return ""
+        return environ[m.group(1)]
+
+    return _ENV_REF.sub(sub, value)
+
+
+def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) -> ServerConfig:
+    """Build a config from a parsed YAML mapping; raises ConfigError listing every problem found here."""
+    environ = os.environ if environ is None else environ
+    issues: list[Issue] = []
+    if not isinstance(data, dict):
+        raise ConfigError([Issue("<file>", f"{source}: expected a mapping of flags, got {type(data).__name__}")])
+    meta = data.get("specops") or {}
+    unknown = set(meta) - SPECOPS_KEYS
+    issues += [Issue(f"specops.{k}", f"unknown specops key (known: {', '.join(sorted(SPECOPS_KEYS))})")
+               for k in sorted(unknown)]
+    engine = meta.get("engine", "sglang")
+    if engine not in ENGINES:
+        issues.append(Issue("specops.engine", f"{engine!r} is not one of {ENGINES}"))
+        engine = "sglang"
+    from .engines import engine_for  # late: engines import this module
+
+    args = {}
+    for key, value in data.items():
+        if key == "specops":
+            continue
+        dest = engine_for(engine).dest(str(key))
+        if dest in args:
+            issues.append(Issue(str(key), f"given twice (also as another spelling of {dest})"))
+        args[dest] = _resolve_env_refs(value, str(key), issues, environ)
+    env = {str(k): str(_resolve_env_refs(v, f"specops.env.{k}", issues, environ))
+           for k, v in (meta.get("env") or {}).items()}
+    launcher = meta.get("launcher") or ()
+    if isinstance(launcher, str):
+        launcher = tuple(launcher.split())
+    gpus = meta.get("gpus")
+    if issues:
+        raise ConfigError(issues)
+    return ServerConfig(
+        name=str(meta.get("name", name)), engine=engine, args=args, env=env,
+        secret_fields=frozenset(meta.get("secret_fields") or ()), launcher=tuple(launcher),
+        min_accept_length=meta.get("min_accept_length"), ready_timeout_s=float(meta.get("ready_timeout_s", 900)),
+        prompt=str(meta.get("prompt", ServerConfig.prompt)), stop_grace_s=float(meta.get("stop_grace_s", 30)),
+        gpus=tuple(gpus) if gpus is not None else None, source=source)
+
+
+def configs_dir() -> Path:
+    return Path(os.environ.get("SPECOPS_CONFIGS", Path.cwd() / "configs"))
+
+
+def load(name_or_path: str, search: Path | None = None, environ=None) -> ServerConfig:
+    """``eagle3-llama3.1-8b`` (looked up in configs/) or a path to a YAML file."""
+    path = Path(name_or_path)
+    if "/" not in name_or_path and path.suffix not in (".yaml", ".yml"):  # a name: "eagle3-llama3.1-8b"
+        path = (search or configs_dir()) / f"{name_or_path}.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        known = sorted(p.stem for p in (search or configs_dir()).glob("*.yaml"))
+        raise ConfigError([Issue("config", f"no config {name_or_path!r} ({path}); known: {', '.join(known) or 'none'}")])
+    except yaml.YAMLError as exc:
+        raise ConfigError([Issue("config", f"{path}: invalid YAML: {exc}")])
+    return from_mapping(data, path.stem, str(path), environ)

@@ -1,0 +1,305 @@
+"""Engine specifics: how config keys map to flags, what is valid, how argv is rendered, how a live server reports.
+
+``SGLang`` validates against SGLang 0.5.23's own argparse table; ``VLLM`` knows ``vllm serve`` with
+``--speculative-config`` JSON (eagle3, eagle, ngram, mtp).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from . import sglang_args
+from .config import Issue, ServerConfig
+
+SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+DRAFTED = ("EAGLE", "EAGLE3", "STANDALONE")  # need a draft model path
+TREE = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # use steps / topk / draft tokens
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """An argv element whose value is a secret: rendered as a reference to the 0600 environment file."""
+
+    key: str
+
+    @property
+    def variable(self) -> str:
+        return "SPECOPS_SECRET_" + self.key.upper()
+
+
+@dataclass(frozen=True)
+class HostContext:
+    """What validation knows about the host a config is for."""
+
+    name: str = "*"
+    gpu_count: int | None = None  # GPUs on the host, when known
+    group_size: int | None = None  # hosts in the inventory group that serves one model (multi-node)
+
+
+def _port_issues(cfg: ServerConfig, key: str) -> list[Issue]:
+    value = cfg.args.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
+        return [Issue(key, f"port must be an integer 1-65535, got {value!r}")]
+    return []
+
+
+def _int_at_least(cfg, key, low) -> list[Issue]:
+    v = cfg.args.get(key)
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < low):
+        return [Issue(key, f"must be an integer >= {low}, got {v!r}")]
+    return []
+
+
+class SGLang:
+    name = "sglang"
+
+    def dest(self, key: str) -> str:
+        flag = sglang_args.lookup(key)
+        return flag.dest if flag else key.replace("-", "_")
+
+    # ---- validation -------------------------------------------------------------------------------
+    def _type_issue(self, flag: sglang_args.Flag, value) -> str | None:
+        if value is None:
+            return None
+        if flag.is_switch:
+            return None if isinstance(value, bool) else f"is a switch: true or false, got {value!r}"
+        if flag.nargs in ("+", "*"):
+            items = value if isinstance(value, list) else [value]
+            bad = [self._scalar_issue(flag, item) for item in items]
+            return next((b for b in bad if b), None)
+        return self._scalar_issue(flag, value)
+
+    def _scalar_issue(self, flag, value) -> str | None:
+        if flag.type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+            return f"must be an integer, got {value!r}"
+        if flag.type == "float" and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            return f"must be a number, got {value!r}"
+        if flag.type in ("str", "nullable_str") and not isinstance(value, (str, int, float)):
+            return f"must be a string, got {type(value).__name__}"
+        if flag.type == "loads" and not isinstance(value, (dict, list, str)):
+            return f"must be JSON (a mapping or a JSON string), got {value!r}"
+        if flag.choices and value not in flag.choices:
+            return f"{value!r} is not one of {list(flag.choices)}"
+        return None
+
+    def validate(self, cfg: ServerConfig, ctx: HostContext) -> list[Issue]:
+        issues: list[Issue] = []
+        table = sglang_args.flags()
+        for dest, value in cfg.args.items():
+            flag = table.get(dest)
+            if flag is None:
+                issues.append(Issue(dest.replace("_", "-"), f"unknown flag for SGLang {sglang_args.SGLANG_VERSION}"))
+                continue
+            problem = self._type_issue(flag, value)
+            if problem:
+                issues.append(Issue(flag.option.lstrip("-"), problem))
+        if not cfg.args.get("model_path"):
+            issues.append(Issue("model-path", "required"))
+        issues += _port_issues(cfg, "port")
+        mem = cfg.args.get("mem_fraction_static")
+        if isinstance(mem, (int, float)) and not isinstance(mem, bool) and not 0 < mem < 1:
+            issues.append(Issue("mem-fraction-static", f"must be between 0 and 1, got {mem}"))
+        issues += self._speculative_issues(cfg)
+        issues += self._topology_issues(cfg, ctx)
+        return [Issue(i.field, i.message, ctx.name) for i in issues]
+
+    def _speculative_issues(self, cfg: ServerConfig) -> list[Issue]:
+        a = cfg.args
+        algo = a.get("speculative_algorithm")
+        spec_keys = [k for k in ("speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
+                                 "speculative_num_draft_tokens") if a.get(k) is not None]
+        if algo is None:
+            return [Issue(k.replace("_", "-"), "set without speculative-algorithm (it would be ignored)")
+                    for k in spec_keys]
+        if algo not in SGLANG_ALGORITHMS:
+            return [Issue("speculative-algorithm", f"{algo!r} is not one of {list(SGLANG_ALGORITHMS)}")]
+        issues = []
+        if algo in DRAFTED and not a.get("speculative_draft_model_path"):
+            issues.append(Issue("speculative-draft-model-path",
+                                f"required for {algo}: without it SGLang drafts with the target model itself and "
+                                f"crashes after loading the weights twice"))
+        if algo in TREE:
+            for key in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
+                if a.get(key) is None:
+                    issues.append(Issue(key.replace("_", "-"), f"required for {algo} (set steps, topk and draft "
+                                                              f"tokens together)"))
+            issues += _int_at_least(cfg, "speculative_num_steps", 1) + _int_at_least(cfg, "speculative_eagle_topk", 1)
+            issues += _int_at_least(cfg, "speculative_num_draft_tokens", 2)
+            steps, topk, draft = (a.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk",
+                                                      "speculative_num_draft_tokens"))
+            if not issues and topk == 1 and draft != steps + 1:
+                issues.append(Issue("speculative-num-draft-tokens",
+                                    f"with speculative-eagle-topk 1 it must be speculative-num-steps + 1 = {steps + 1}"
+                                    f", got {draft} (SGLang would silently override it)"))
+            elif not issues and draft > 1 + topk + (steps - 1) * topk * topk:
+                issues.append(Issue("speculative-num-draft-tokens",
+                                    f"{draft} exceeds the {1 + topk + (steps - 1) * topk * topk} tokens a tree of "
+                                    f"{steps} steps x topk {topk} can propose"))
+        return issues
+
+    def _topology_issues(self, cfg: ServerConfig, ctx: HostContext) -> list[Issue]:
+        a = cfg.args
+        issues = _int_at_least(cfg, "tp_size", 1) + _int_at_least(cfg, "dp_size", 1) + _int_at_least(cfg, "nnodes", 1)
+        if issues:
+            return issues
+        nnodes = a.get("nnodes", 1)
+        tp, dp = a.get("tp_size", 1), a.get("dp_size", 1)
+        if (tp * dp) % nnodes:
+            issues.append(Issue("tp-size", f"tp-size x dp-size = {tp * dp} does not split over nnodes {nnodes}"))
+        per_node = (tp * dp) // nnodes
+        if cfg.gpus is not None and len(cfg.gpus) != per_node:
+            issues.append(Issue("specops.gpus", f"{len(cfg.gpus)} GPUs listed but tp-size x dp-size / nnodes "
+                                                f"= {per_node}"))
+        if ctx.gpu_count is not None:
+            need = max(cfg.gpu_indices(), default=-1) + 1
+            if per_node > ctx.gpu_count or need > ctx.gpu_count:
+                issues.append(Issue("tp-size", f"tp-size {tp} x dp-size {dp} / nnodes {nnodes} needs {per_node} "
+                                               f"GPU(s) (up to index {need - 1}); host has {ctx.gpu_count}"))
+        if ctx.group_size is not None and nnodes != ctx.group_size:
+            issues.append(Issue("nnodes", f"{nnodes} but the inventory group serving this model has "
+                                          f"{ctx.group_size} host(s)"))
+        rank = a.get("node_rank", 0)
+        if isinstance(rank, int) and not 0 <= rank < nnodes:
+            issues.append(Issue("node-rank", f"{rank} is outside 0..{nnodes - 1}"))
+        if nnodes > 1 and not a.get("dist_init_addr"):
+            issues.append(Issue("dist-init-addr", "required when nnodes > 1 (rank 0's address:port)"))
+        return issues
+
+    # ---- rendering --------------------------------------------------------------------------------
+    def argv(self, cfg: ServerConfig) -> list:
+        table = sglang_args.flags()
+        order = {dest: i for i, dest in enumerate(table)}
+        out: list = list(cfg.launcher)
+        for dest in sorted(cfg.args, key=lambda d: order.get(d, len(order))):
+            value, flag = cfg.args[dest], table[dest]
+            if value is None:
+                continue
+            if flag.is_switch:
+                if value:
+                    out.append(flag.option)
+                elif flag.negated:
+                    out.append(flag.negated)
+                continue
+            out.append(flag.option)
+            if cfg.is_secret(dest):
+                out.append(SecretRef(dest))
+            elif isinstance(value, list):
+                out += [str(v) for v in value]
+            elif isinstance(value, (dict,)) or (flag.type == "loads" and isinstance(value, list)):
+                out.append(json.dumps(value, sort_keys=True))
+            else:
+                out.append(str(value))
+        return out
+
+    # ---- what the live server reports -------------------------------------------------------------
+    def desired_view(self, cfg: ServerConfig) -> dict:
+        """Desired values, defaults filled, for the fields compared against /get_server_info."""
+        defaults = sglang_args.defaults()
+        view = {dest: cfg.args.get(dest, defaults.get(dest)) for dest in self.compared(cfg)}
+        return {k: _norm(k, v) for k, v in view.items()}
+
+    def compared(self, cfg: ServerConfig) -> list[str]:
+        core = ["model_path", "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+                "speculative_eagle_topk", "speculative_num_draft_tokens", "tp_size", "dp_size", "port"]
+        extra = [k for k in cfg.args if k not in core and not cfg.is_secret(k) and k in sglang_args.flags()]
+        return core + sorted(extra)
+
+    def reported_view(self, cfg: ServerConfig, server_info: dict) -> dict:
+        args = server_info.get("server_args", server_info)
+        return {k: _norm(k, args.get(k)) for k in self.compared(cfg)}
+
+
+def _norm(key: str, value):
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if key == "speculative_algorithm" and isinstance(value, str):
+        return value.upper()
+    return value
+
+
+VLLM_METHODS = ("eagle", "eagle3", "ngram", "mtp", "draft_model")
+VLLM_TYPES = {"port": int, "host": str, "tensor_parallel_size": int, "data_parallel_size": int,
+              "gpu_memory_utilization": float, "max_model_len": int, "max_num_seqs": int, "seed": int,
+              "dtype": str, "served_model_name": str, "api_key": str, "trust_remote_code": bool,
+              "enforce_eager": bool, "speculative_config": dict, "model": str, "quantization": str,
+              "kv_cache_dtype": str, "enable_prefix_caching": bool}
+
+
+class VLLM:
+    name = "vllm"
+
+    def dest(self, key: str) -> str:
+        return key.replace("-", "_")
+
+    def validate(self, cfg: ServerConfig, ctx: HostContext) -> list[Issue]:
+        issues = []
+        for key, value in cfg.args.items():
+            want = VLLM_TYPES.get(key)
+            if want is None:
+                issues.append(Issue(key.replace("_", "-"), f"unknown vllm serve option (known: "
+                                                           f"{', '.join(sorted(VLLM_TYPES))})"))
+            elif value is not None and not (isinstance(value, want) and not (want is int and isinstance(value, bool))
+                                            or (want is float and isinstance(value, int))):
+                issues.append(Issue(key.replace("_", "-"), f"must be {want.__name__}, got {value!r}"))
+        if not cfg.args.get("model"):
+            issues.append(Issue("model", "required"))
+        issues += _port_issues(cfg, "port")
+        spec = cfg.args.get("speculative_config")
+        if isinstance(spec, dict):
+            method = spec.get("method")
+            if method not in VLLM_METHODS:
+                issues.append(Issue("speculative-config.method", f"{method!r} is not one of {list(VLLM_METHODS)}"))
+            if method in ("eagle", "eagle3", "draft_model") and not spec.get("model"):
+                issues.append(Issue("speculative-config.model", f"required for method {method}"))
+            n = spec.get("num_speculative_tokens")
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                issues.append(Issue("speculative-config.num_speculative_tokens", f"must be an integer >= 1, got {n!r}"))
+            if method == "ngram":
+                lo, hi = spec.get("prompt_lookup_min", 1), spec.get("prompt_lookup_max")
+                if not isinstance(hi, int) or hi < 1:
+                    issues.append(Issue("speculative-config.prompt_lookup_max", "required for ngram (an integer >= 1)"))
+                elif isinstance(lo, int) and lo > hi:
+                    issues.append(Issue("speculative-config.prompt_lookup_min", f"{lo} > prompt_lookup_max {hi}"))
+        if ctx.gpu_count is not None and cfg.gpu_count() > ctx.gpu_count:
+            issues.append(Issue("tensor-parallel-size", f"needs {cfg.gpu_count()} GPU(s); host has {ctx.gpu_count}"))
+        return [Issue(i.field, i.message, ctx.name) for i in issues]
+
+    def argv(self, cfg: ServerConfig) -> list:
+        out: list = [*cfg.launcher, str(cfg.args.get("model", ""))]
+        for key in sorted(cfg.args):
+            value = cfg.args[key]
+            if key == "model" or value is None or value is False:
+                continue
+            option = "--" + key.replace("_", "-")
+            if value is True:
+                out.append(option)
+            elif cfg.is_secret(key):
+                out += [option, SecretRef(key)]
+            elif isinstance(value, dict):
+                out += [option, json.dumps(value, sort_keys=True)]
+            else:
+                out += [option, str(value)]
+        return out
+
+    def compared(self, cfg: ServerConfig) -> list[str]:
+        return [k for k in cfg.args if not cfg.is_secret(k)]
+
+    def desired_view(self, cfg: ServerConfig) -> dict:
+        return {k: cfg.args.get(k) for k in self.compared(cfg)}
+
+    def reported_view(self, cfg: ServerConfig, server_info: dict) -> dict:
+        args = server_info.get("vllm_config", server_info.get("server_args", server_info))
+        return {k: args.get(k) for k in self.compared(cfg)}
+
+
+ENGINE_TABLE = {"sglang": SGLang(), "vllm": VLLM()}
+
+
+def engine_for(name: str):
+    return ENGINE_TABLE[name]
+
+
+def validate(cfg: ServerConfig, ctx: HostContext = HostContext()) -> list[Issue]:
+    return engine_for(cfg.engine).validate(cfg, ctx)

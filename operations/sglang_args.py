@@ -1,0 +1,85 @@
+"""SGLang 0.5.23's own ``launch_server`` argument table (data/sglang-0.5.23-server-args.tsv), as argparse declares
+it: options, dest, default, choices, type, nargs, action. Used to validate and render flags without SGLang."""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+TABLE = "sglang-0.5.23-server-args.tsv"
+SGLANG_VERSION = "0.5.23"
+
+
+@dataclass(frozen=True)
+class Flag:
+    options: tuple[str, ...]  # e.g. ("--model-path", "--model")
+    dest: str
+    default: object
+    choices: tuple | None
+    type: str | None  # "str" | "int" | "float" | "loads" | ... (the converter's name)
+    nargs: str | None  # None | "0" | "+" | "*" | "?"
+    action: str
+
+    @property
+    def option(self) -> str:
+        return self.options[0]
+
+    @property
+    def is_switch(self) -> bool:
+        return self.nargs == "0"
+
+    @property
+    def negated(self) -> str | None:
+        """``--no-x`` for BooleanOptionalAction flags."""
+        return next((o for o in self.options if o.startswith("--no-")), None)
+
+
+def _value(cell: str) -> str:
+    return cell.split("= ", 1)[1].strip()
+
+
+def _literal(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+@lru_cache(maxsize=1)
+def flags() -> dict[str, Flag]:
+    """dest -> Flag."""
+    table: dict[str, Flag] = {}
+    text = resources.files(__package__).joinpath("data", TABLE).read_text()
+    for line in text.splitlines():
+        cells = line.split("\t")
+        if len(cells) != 7:
+            continue
+        options = tuple(o.strip() for o in cells[0].split("|"))
+        dest, default, choices, typ, nargs, action = (_value(c) for c in cells[1:])
+        if action == "_HelpAction":
+            continue
+        choices_v = _literal(choices)
+        table[dest] = Flag(options, dest, _literal(default), tuple(choices_v) if choices_v else None,
+                           None if typ == "None" else typ, None if nargs == "None" else nargs, action)
+    return table
+
+
+@lru_cache(maxsize=1)
+def by_option() -> dict[str, Flag]:
+    """every option string (and its dest spelled with dashes) -> Flag."""
+    table = {}
+    for flag in flags().values():
+        for option in flag.options:
+            table[option.lstrip("-")] = flag
+    return table
+
+
+def lookup(key: str) -> Flag | None:
+    """A config key in SGLang ``--config`` style: ``model-path``, ``model_path`` or an alias like ``model``."""
+    key = key.strip()
+    return flags().get(key.replace("-", "_")) or by_option().get(key.replace("_", "-"))
+
+
+def defaults() -> dict[str, object]:
+    return {dest: flag.default for dest, flag in flags().items()}
