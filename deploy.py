@@ -1,14 +1,16 @@
-"""The main job: make the GPUs idle (later: start the speculative server with config X).
+"""The main job: the speculative server running with config X (its GPUs made idle first).
 
-    pyinfra -y inventory/sim.py deploy.py                  # converge
-    pyinfra inventory/sim.py deploy.py --dry               # show the stop plan, change nothing
-    pyinfra -y inventory/sim.py deploy.py --data gpus=0,1 --data grace_s=5
+    pyinfra -y inventory/sim.py deploy.py                                   # config eagle3-llama3.1-8b
+    pyinfra -y inventory/sim.py deploy.py --data config=baseline-llama3.1-8b
+    pyinfra inventory/sim.py deploy.py --data config=baseline-llama3.1-8b --dry --diff   # what would change
+    pyinfra -y inventory/sim.py deploy.py --data config=none                # only: every GPU idle
 
-Host data (or --data) read here: ``gpus`` (comma list or list), ``grace_s``, ``deadline_s``, ``users``.
+Host data (or --data): ``config`` (name in configs/, a path, or ``none``), ``gpus`` (for config=none),
+``grace_s``, ``deadline_s``, ``users``.
 """
 from pyinfra import host
 
-from operations import gpu
+from operations import gpu, server
 
 
 def _indices(value):
@@ -17,10 +19,20 @@ def _indices(value):
     return [int(x) for x in str(value).split(",") if x.strip()]
 
 
-gpu.idle(
-    name="GPUs idle",
-    gpus=_indices(host.data.get("gpus")),
-    users=host.data.get("users"),
-    grace_s=float(host.data.get("grace_s", 10)),
-    deadline_s=float(host.data.get("deadline_s", 60)),
-)
+config = host.data.get("config", "eagle3-llama3.1-8b")
+if config in (None, "", "none"):
+    gpu.idle(
+        name="GPUs idle",
+        gpus=_indices(host.data.get("gpus")),
+        users=host.data.get("users"),
+        grace_s=float(host.data.get("grace_s", 10)),
+        deadline_s=float(host.data.get("deadline_s", 60)),
+    )
+else:
+    server.running(
+        name=f"server running with config {config}",
+        config=config,
+        users=host.data.get("users"),
+        grace_s=float(host.data.get("grace_s", 10)),
+        idle_deadline_s=float(host.data.get("deadline_s", 120)),
+    )

@@ -9,8 +9,16 @@ _WRAPPER = """#!/bin/sh
 # gpusim stand-in, bound to one simulated host
 GPUSIM_ROOT={root}; export GPUSIM_ROOT
 PYTHONPATH={pkg}${{PYTHONPATH:+:$PYTHONPATH}}; export PYTHONPATH
-exec {python} -S -c 'import sys; from gpusim import smi; sys.exit(smi.{entry}(*{args}))' "$@"
+exec {python} -S -c 'import sys; from gpusim import {module}; sys.exit({module}.{entry}(*{args}))' "$@"
 """
+
+
+# name on DIR/bin, module, entry point, its arguments
+TOOLS = (
+    ("nvidia-smi", "smi", "main", "(sys.argv[1:],)"),
+    ("gpusim-snapshot", "smi", "snapshot_main", "()"),
+    ("sglang-launch-server", "sglang_server", "main", "(sys.argv[1:],)"),  # stands in for python -m sglang...
+)
 
 
 def host_env(root: Path) -> dict[str, str]:
@@ -22,10 +30,10 @@ def install_tools(root: Path, nvml: bool = True) -> None:
     pkg = Path(__file__).resolve().parent.parent
     bindir = root / "bin"
     bindir.mkdir(parents=True, exist_ok=True)
-    for name, entry, args in (("nvidia-smi", "main", "(sys.argv[1:],)"), ("gpusim-snapshot", "snapshot_main", "()")):
+    for name, module, entry, args in TOOLS:
         path = bindir / name
         path.write_text(_WRAPPER.format(root=shlex.quote(str(root.resolve())), pkg=shlex.quote(str(pkg)),
-                                        python=shlex.quote(sys.executable), entry=entry, args=args))
+                                        python=shlex.quote(sys.executable), module=module, entry=entry, args=args))
         path.chmod(0o755)
     if nvml:
         from .nvml_build import build_nvml

@@ -2,7 +2,9 @@
 
 The simulated host lives in ``$GPUSIM_ROOT`` (default ``.gpusim/host`` in the repository; ``python -m gpusim init``
 creates it). Only this inventory knows it is simulated: it puts the stand-in ``nvidia-smi`` first on PATH and the
-stand-in ``libnvidia-ml.so.1`` on LD_LIBRARY_PATH, and runs the probe with this Python (which has pynvml).
+stand-in ``libnvidia-ml.so.1`` on LD_LIBRARY_PATH, runs the probe with this Python (which has pynvml), launches
+the SGLang-API stand-in where real hosts run ``python3 -m sglang.launch_server``, and keeps server state under
+the simulated host's directory.
 """
 import os
 import sys
@@ -14,4 +16,9 @@ _env = {
     "LD_LIBRARY_PATH": str(_root / "lib"),
 }
 
-sim = [("@local", {"_env": _env, "specops_python": sys.executable, "gpusim_root": str(_root)})]
+sim = [("@local", {
+    "_env": _env,
+    "specops_python": sys.executable,
+    "specops_state_dir": str(_root / "servers"),
+    "specops_launchers": {"sglang": [str(_root / "bin" / "sglang-launch-server")]},
+})]

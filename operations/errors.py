@@ -5,12 +5,14 @@
 """
 from __future__ import annotations
 
+from pyinfra.api.exceptions import OperationError
+
 
 class SpecopsError(Exception):
     """Base of every specops error."""
 
 
-class ConfigError(SpecopsError):
+class ConfigError(SpecopsError, OperationError):  # an OperationError, so the pyinfra CLI prints it plainly
     def __init__(self, issues):
         self.issues = list(issues)
         lines = "\n".join(f"  - {i}" for i in self.issues)

@@ -139,3 +139,13 @@ class GpuStateFact(FactBase):
             return parse_probe(json.loads("\n".join(output)))
         except (ValueError, KeyError, TypeError) as exc:
             raise FactProcessError(f"unreadable GPU probe output: {exc}: {output[-3:]!r}") from exc
+
+
+def process_table(state: GpuState) -> list[str]:
+    """The GPU memory and process table, one line each, for error messages."""
+    if not state.available:
+        return [f"GPUs unreadable: {state.error}"]
+    lines = [f"GPU {g.index}: {g.used_mib}/{g.total_mib} MiB used" for g in state.gpus]
+    lines += [f"  pid {p.pid} on GPU {p.gpu_index}: {'?' if p.used_mib is None else p.used_mib} MiB, user {p.user}, "
+              f"{p.label}" for p in state.processes]
+    return lines

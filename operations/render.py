@@ -30,5 +30,5 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render(name: str, **context) -> str:
-    return environment().get_template(name).render(**context)
+def render(template: str, **context) -> str:
+    return environment().get_template(template).render(**context)

@@ -1,0 +1,95 @@
+"""Live verification of a started server: health, a real generation, the config it reports, accept length.
+
+``await_ready`` takes an injected ``read(budget)`` (one on-host sampling round of server_ctl ``wait``), so the
+logic and its verdicts are tested with a synthetic clock and scripted documents.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .config import ServerConfig
+from .engines import engine_for
+from .waiting import Clock, Deadline, ReadCost, poll
+
+
+@dataclass(frozen=True)
+class Readiness:
+    status: str  # ready | dead | mismatch | low-accept | timeout
+    elapsed: float
+    reasons: tuple[str, ...] = ()
+    log_tail: tuple[str, ...] = ()
+    accept_length: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ready"
+
+    @property
+    def text(self) -> str:
+        if self.ok:
+            acc = f", avg accept length {self.accept_length:.2f}" if self.accept_length is not None else ""
+            return f"ready after {self.elapsed:.1f}s: health_generate 200, generation ok, config confirmed{acc}"
+        head = {"dead": "server exited during start", "mismatch": "server reports a different config",
+                "low-accept": "speculation underperforms", "timeout": "not ready before the deadline"}[self.status]
+        return f"{head} after {self.elapsed:.1f}s: {'; '.join(self.reasons) or 'no answer'}"
+
+
+def accept_length(server_info: dict | None) -> float | None:
+    states = (server_info or {}).get("internal_states") or [{}]
+    value = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
+    return float(value) if value is not None else None
+
+
+def judge(cfg: ServerConfig, doc: dict) -> Readiness | None:
+    """A final verdict for this document, or None to keep waiting."""
+    if doc.get("dead"):
+        return Readiness("dead", 0.0, ("the process is gone",), tuple(doc.get("log_tail") or ()))
+    if doc.get("health_generate") != 200 or not doc.get("generation_ok"):
+        return None
+    info = doc.get("server_info")
+    if info is None:
+        return None
+    engine = engine_for(cfg.engine)
+    desired, reported = engine.desired_view(cfg), engine.reported_view(cfg, info)
+    wrong = [f"{k}: reports {reported.get(k)!r}, want {v!r}" for k, v in desired.items() if reported.get(k) != v]
+    if wrong:
+        return Readiness("mismatch", 0.0, tuple(wrong))
+    acc = accept_length(info)
+    if cfg.speculative and cfg.min_accept_length is not None:
+        if acc is None:
+            return None  # not measured yet
+        if acc < cfg.min_accept_length:
+            return Readiness("low-accept", 0.0, (f"avg accept length {acc:.2f} < min_accept_length "
+                                                 f"{cfg.min_accept_length}",), accept_length=acc)
+    return Readiness("ready", 0.0, accept_length=acc)
+
+
+def _pending_reason(doc: dict) -> str:
+    if doc.get("health_generate") != 200:
+        return f"health_generate {doc.get('health_generate') or 'no answer'}"
+    if not doc.get("generation_ok"):
+        return str(doc.get("generated"))
+    return "server_info not available yet"
+
+
+def await_ready(read: Callable[[float], dict], cfg: ServerConfig, clock: Clock, log: Callable[[str], None],
+                progress_s: float = 10.0, poll_s: float = 0.1) -> Readiness:
+    deadline = Deadline(clock, cfg.ready_timeout_s)
+    verdicts: list[Readiness | None] = [None]
+    next_progress = [progress_s]
+
+    def on_read(doc: dict) -> None:
+        verdicts[0] = judge(cfg, doc)
+        if verdicts[0] is None and deadline.elapsed() >= next_progress[0]:
+            next_progress[0] = deadline.elapsed() + progress_s
+            log(f"waiting for the server: {deadline.elapsed():.0f}s of {cfg.ready_timeout_s:.0f}s, "
+                f"{_pending_reason(doc)}")
+
+    outcome = poll(read, lambda doc: verdicts[0] is not None, deadline, poll_s, on_read, chunk=progress_s,
+                   cost=ReadCost(), waited=lambda doc: float(doc.get("waited_s", 0.0)))
+    verdict = verdicts[0]
+    if verdict is None:
+        return Readiness("timeout", deadline.elapsed(), (_pending_reason(outcome.value),),
+                         tuple(outcome.value.get("log_tail") or ()))
+    return Readiness(verdict.status, deadline.elapsed(), verdict.reasons, verdict.log_tail, verdict.accept_length)

@@ -1,0 +1,210 @@
+"""Server operations: ``server.running`` (speculative server running with config X) and ``server.stopped``."""
+from __future__ import annotations
+
+import json
+import re
+from io import StringIO
+
+from pyinfra import host, logger, state
+from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringCommand, operation
+from pyinfra.operations.util.files import generate_color_diff
+
+from . import config as configs
+from . import gpu
+from .config import ServerConfig
+from .engines import HostContext, validate
+from .errors import ConfigError
+from .gpustate import GpuStateFact, process_table
+from .idle_plan import Selection, plan_idle
+from .readiness import await_ready
+from .serverstate import ServerStatusFact, drift, recorded_view
+from .supervisors import supervisor_for
+from .waiting import RealClock
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+DEFAULT_STATE_DIR = "/var/lib/specops"
+
+
+def _python(python):
+    return python or host.data.get("specops_python") or "python3"
+
+
+def resolve(config) -> ServerConfig:
+    """A ServerConfig, or a config name/path loaded from configs/; the host's launcher override applied."""
+    cfg = config if isinstance(config, ServerConfig) else configs.load(str(config))
+    launchers = host.data.get("specops_launchers") or {}
+    if cfg.engine in launchers and cfg.launcher == configs.DEFAULT_LAUNCHER.get(cfg.engine):
+        cfg = ServerConfig(**{**cfg.__dict__, "launcher": tuple(launchers[cfg.engine])})
+    return cfg
+
+
+def _supervisor(name, supervisor, state_dir, python):
+    if not NAME.match(name):
+        raise ConfigError([configs.Issue("name", f"{name!r}: use letters, digits, '.', '_' or '-'", host.name)])
+    kind = supervisor or host.data.get("specops_supervisor") or "process"
+    return supervisor_for(kind, name, state_dir or host.data.get("specops_state_dir") or DEFAULT_STATE_DIR, python)
+
+
+def _log(on_host, message: str, **style) -> None:
+    on_host.log_styled(message, log_func=logger.info, **style)
+
+
+def _print_now() -> bool:
+    return not state.is_executing or not state.should_check_for_changes()
+
+
+def _file_diffs(sup, files, status) -> None:
+    current = {sup.path("launch.sh"): status.launch_sh}
+    if sup.unit:
+        current[files[-1].path] = status.unit_file
+    for f in files:
+        if f.secret:
+            _log(host, f"    {f.path}: secrets file (mode {f.mode}), content never shown")
+            continue
+        old = current.get(f.path)
+        if old == f.content:
+            continue
+        _log(host, f"    {'Will modify' if old else 'Will create'} {f.path}")
+        for line in generate_color_diff((old or "").splitlines(), f.content.splitlines()):
+            logger.info("      %s", line)
+
+
+@operation()
+def running(config, server_name: str = "llm", supervisor: str | None = None, state_dir: str | None = None,
+            idle: bool = True, users=None, grace_s: float = 10.0, idle_deadline_s: float = 120.0,
+            progress_s: float = 10.0, python: str | None = None):
+    """
+    Make a (speculative) inference server run with config X, verified live.
+
+    + config: a ServerConfig, or the name/path of a YAML config (``configs/<name>.yaml``)
+    + server_name: the server's name on the host (one state directory, one port); switching configs keeps it
+    + supervisor: ``process`` (setsid, pidfile, log; default) or ``systemd`` (host data ``specops_supervisor``)
+    + state_dir: where server directories live (host data ``specops_state_dir``, default /var/lib/specops)
+    + idle: run ``gpu.idle`` on the server's GPUs before starting (set False only to force a start)
+    + users, grace_s, idle_deadline_s: passed to ``gpu.idle``
+    + progress_s: how often a progress line is printed while the server loads
+    + python: interpreter on the host for the checks (host data ``specops_python``)
+
+    Already running with the same config and healthy: no change. Otherwise: stop our server, ``gpu.idle`` its
+    GPUs, render launch files, start, and wait until /health_generate answers, a real generation succeeds,
+    /get_server_info reports the desired config and (speculative configs) the average accept length reaches
+    ``min_accept_length``. A failed start fails this host with the server log tail and the GPU process table.
+    ``--dry`` lists each changed field (``~ speculative_num_draft_tokens: 16 -> 8 (restart)``), ``--diff`` the
+    launch file / unit diffs, and the GPU stop plan.
+
+    **Examples:**
+
+    .. code:: python
+
+        from operations import server
+
+        server.running(name="Llama EAGLE-3", config=host.data.get("config", "eagle3-llama3.1-8b"))
+        server.running(name="baseline on GPUs 4-7", server_name="base", config=baseline_config)
+    """
+    python = _python(python)
+    cfg = resolve(config)
+    sup = _supervisor(server_name, supervisor, state_dir, python)
+    gpus_now = host.get_fact(GpuStateFact, python=python)
+    ctx = HostContext(host.name, len(gpus_now.gpus) if gpus_now.available else None,
+                      host.data.get("specops_group_size"))
+    issues = validate(cfg, ctx)
+    if issues:
+        raise ConfigError(issues)
+    status = host.get_fact(ServerStatusFact, directory=sup.directory, port=cfg.port, unit=sup.unit, python=python)
+    changes = drift(cfg, status)
+    restart = [c for c in changes if c.restart]
+    healthy = status.alive and status.health == 200 and status.config_hash == cfg.config_hash
+    if healthy and not restart:
+        extra = f"; {', '.join(str(c) for c in changes)}" if changes else ""
+        host.noop(f"server {server_name} running config {cfg.name} ({cfg.config_hash}), pid {status.pid}, healthy{extra}")
+        return
+    files = sup.files(cfg)
+    if _print_now():
+        _log(host, f"server.running {server_name}: {_why(cfg, status, healthy)}")
+        for change in changes:
+            _log(host, f"    {change}")
+        if state.config.DIFF:
+            _file_diffs(sup, files, status)
+        if idle and gpus_now.available:
+            plan = plan_idle(gpus_now, Selection(frozenset(cfg.gpu_indices()), users))
+            ours = {status.pid} if status.alive else set()
+            if ours:
+                _log(host, f"    stop server {server_name} (pid {status.pid}) through its supervisor")
+            for line in plan.describe():
+                if not any(f"pid {pid} " in line for pid in ours):
+                    _log(host, f"    gpu.idle plan: {line}")
+    yield StringCommand("mkdir", "-p", QuoteString(sup.directory), "&&", "chmod", "700", QuoteString(sup.directory))
+    if status.alive:
+        yield from sup.stop(cfg.stop_grace_s)
+    if idle:
+        yield from gpu.idle._inner(gpus=cfg.gpu_indices(), users=users, grace_s=grace_s,
+                                   deadline_s=idle_deadline_s, python=python)
+    for f in files:
+        yield FileUploadCommand(StringIO(f.content), f.path)
+        yield StringCommand("chmod", f.mode, QuoteString(f.path))
+    yield from sup.start(cfg)
+    yield sup.ctl("annotate", sup.directory, json.dumps(recorded_view(cfg), sort_keys=True))
+    yield FunctionCommand(_await_ready, (cfg, sup, python, progress_s), {})
+
+
+def _why(cfg: ServerConfig, status, healthy: bool) -> str:
+    if status.foreign:
+        return (f"a server specops did not start answers on port {cfg.port} (hand-made drift); "
+                f"it will be replaced by config {cfg.name}")
+    if not status.alive:
+        return f"not running ({status.status}); will start config {cfg.name} ({cfg.config_hash})"
+    if status.config_hash != cfg.config_hash:
+        return f"config changed {status.config_hash} -> {cfg.config_hash} ({cfg.name}): restart"
+    if status.health != 200:
+        return f"pid {status.pid} unhealthy (/health {status.health}): restart"
+    return "the live server reports other settings than it was started with (drift): restart"
+
+
+def _await_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: float) -> bool:
+    def read(budget: float) -> dict:
+        opts = {"budget_s": round(budget, 3), "prompt": cfg.prompt, "engine": cfg.engine,
+                "model": cfg.args.get("served_model_name") or cfg.args.get("model")}
+        ok, out = host.run_shell_command(sup.ctl("wait", sup.directory, str(cfg.port), json.dumps(opts)))
+        try:
+            return json.loads("\n".join(out.stdout_lines))
+        except ValueError:
+            return {"dead": False, "health_generate": None, "generated": f"server_ctl: {out.stderr_lines[-3:]}"}
+
+    verdict = await_ready(read, cfg, RealClock(), lambda m: _log(host, f"server.running: {m}"), progress_s)
+    if verdict.ok:
+        _log(host, f"server.running: {verdict.text}", fg="green")
+        return True
+    if verdict.status != "dead":  # leave nothing half-started holding the GPUs
+        host.run_shell_command(sup.stop(cfg.stop_grace_s)[0])
+    lines = [f"server.running: {verdict.text}"]
+    if verdict.log_tail:
+        lines += ["  last lines of the server log:"] + [f"    {line}" for line in verdict.log_tail]
+    lines += ["  GPU processes now:"] + [f"    {line}" for line in process_table(
+        host.get_fact(GpuStateFact, python=python))]
+    host.log_styled("\n".join(lines), fg="red", log_func=logger.error)
+    return False
+
+
+@operation()
+def stopped(server_name: str = "llm", port: int = 30000, supervisor: str | None = None, state_dir: str | None = None,
+            grace_s: float = 30.0, python: str | None = None):
+    """
+    Make sure the server ``name`` that specops started is not running (TERM its process group, KILL after grace).
+
+    + server_name: the server's name on the host
+    + port: its port (for the status check)
+    + supervisor, state_dir, python: as for ``server.running``
+
+    **Example:**
+
+    .. code:: python
+
+        server.stopped(server_name="llm")
+    """
+    python = _python(python)
+    sup = _supervisor(server_name, supervisor, state_dir, python)
+    status = host.get_fact(ServerStatusFact, directory=sup.directory, port=port, unit=sup.unit, python=python)
+    if not status.alive:
+        host.noop(f"server {server_name} not running ({status.status})")
+        return
+    yield from sup.stop(grace_s)

@@ -1,0 +1,259 @@
+"""Remote server control: ``python3 -c <this file> COMMAND DIR ...`` on the target host; prints one JSON document.
+
+DIR holds one server: launch.sh (0700), secrets.env (0600, sourced by launch.sh), state.json (what specops
+started: pid, start time, config hash), server.log. Secrets never travel on a command line: the HTTP checks here
+read the API key from secrets.env themselves.
+
+    status DIR PORT [UNIT]         state, liveness, /health, /get_server_info, launch.sh content
+    start DIR HASH                 setsid launch.sh >> server.log, record pid/start/hash
+    record DIR HASH UNIT           after systemctl start: record the unit's MainPID
+    annotate DIR JSON              add what the server was started with (masked args, verify settings)
+    stop DIR GRACE [UNIT]          TERM the process group, KILL after GRACE seconds; state -> stopped
+    wait DIR PORT JSON             sample until ready (or dead, or budget spent); JSON: budget_s, prompt, engine
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+LOG_TAIL = 40
+
+
+def read(path, default=None):
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return default
+
+
+def start_time(pid):
+    stat = read(f"/proc/{pid}/stat")
+    if not stat:
+        return None
+    rest = stat[stat.rindex(")") + 2:].split()
+    return None if rest[0] in ("Z", "X") else int(rest[19])
+
+
+def load_state(d):
+    try:
+        return json.loads(read(os.path.join(d, "state.json"), "{}"))
+    except ValueError:
+        return {}
+
+
+def save_state(d, state):
+    tmp = os.path.join(d, ".state.json.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(state, fh)
+    os.replace(tmp, os.path.join(d, "state.json"))
+
+
+def alive(state):
+    pid = state.get("pid")
+    return bool(pid) and start_time(pid) == state.get("start")
+
+
+def secret(d, name):
+    for line in (read(os.path.join(d, "secrets.env"), "") or "").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == name:
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] == "'":
+                value = value[1:-1].replace("'\\''", "'")
+            return value
+    return None
+
+
+def http(d, port, path, body=None, timeout=2.0):
+    """(status code or None, parsed JSON or text or error string)."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST" if body is not None else "GET",
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    key = secret(d, "SPECOPS_SECRET_API_KEY")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read().decode(errors="replace")
+            code = resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")[:500]
+    except (OSError, ValueError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    try:
+        return code, json.loads(raw)
+    except ValueError:
+        return code, raw
+
+
+SECRET_KEY = re.compile(r"(^|_)(api_key|token|secret|password)$", re.I)
+
+
+def strip_secrets(info):
+    if isinstance(info, dict):
+        return {k: ("<secret>" if SECRET_KEY.search(k) else strip_secrets(v)) for k, v in info.items()}
+    if isinstance(info, list):
+        return [strip_secrets(v) for v in info]
+    return info
+
+
+def log_tail(d, n=LOG_TAIL):
+    text = read(os.path.join(d, "server.log"), "") or ""
+    return text.splitlines()[-n:]
+
+
+def unit_pid(unit):
+    out = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", unit], capture_output=True, text=True)
+    try:
+        return int(out.stdout.strip() or 0)
+    except ValueError:
+        return 0
+
+
+def cmd_status(d, port, unit=None):
+    state = load_state(d)
+    if unit and state.get("status") in ("running", "starting"):
+        pid = unit_pid(unit)
+        state["pid"], state["start"] = (pid, start_time(pid)) if pid else (None, None)
+    doc = {"state": state, "alive": alive(state), "launch_sh": read(os.path.join(d, "launch.sh")),
+           "unit_file": read(f"/etc/systemd/system/{unit}") if unit else None}
+    code, _ = http(d, port, "/health", timeout=1.0)
+    doc["health"] = code
+    if code is not None:
+        info_code, info = http(d, port, "/get_server_info")
+        if info_code != 200:
+            info_code, info = http(d, port, "/server_info")  # vLLM, where enabled
+        doc["server_info"] = strip_secrets(info) if info_code == 200 and isinstance(info, dict) else None
+    return doc
+
+
+def cmd_start(d, config_hash):
+    state = load_state(d)
+    if alive(state):
+        return {"error": f"already running as pid {state['pid']}"}
+    r, w = os.pipe()
+    mid = os.fork()
+    if mid == 0:
+        os.close(r)
+        os.setsid()  # own session and process group: stopped as a group, never with the caller
+        pid = os.fork()
+        if pid:
+            os.write(w, str(pid).encode())
+            os._exit(0)
+        log = os.open(os.path.join(d, "server.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.execv("/bin/sh", ["sh", os.path.join(d, "launch.sh")])
+    os.close(w)
+    os.waitpid(mid, 0)
+    pid = int(os.read(r, 32) or 0)
+    state = {"status": "starting", "pid": pid, "pgid": os.getpgid(pid), "start": start_time(pid),
+             "config_hash": config_hash, "started_at": time.time(), "supervisor": "process"}
+    save_state(d, state)
+    return state
+
+
+def cmd_record(d, config_hash, unit):
+    pid = unit_pid(unit)
+    state = {"status": "starting", "pid": pid, "pgid": os.getpgid(pid) if pid else None, "start": start_time(pid),
+             "config_hash": config_hash, "started_at": time.time(), "supervisor": "systemd", "unit": unit}
+    save_state(d, state)
+    return state
+
+
+def cmd_stop(d, grace, unit=None):
+    state = load_state(d)
+    out = {"was": state.get("pid") if alive(state) else None, "signal": None}
+    if unit:
+        subprocess.run(["systemctl", "stop", unit], check=False)
+    elif out["was"]:
+        os.killpg(state["pgid"], signal.SIGTERM)
+        out["signal"] = "TERM"
+        end = time.monotonic() + grace
+        while alive(state) and time.monotonic() < end:
+            time.sleep(0.02)
+        if alive(state):
+            os.killpg(state["pgid"], signal.SIGKILL)
+            out["signal"] = "KILL"
+            while alive(state):
+                time.sleep(0.02)
+    if state:
+        save_state(d, {**state, "status": "stopped", "stopped_at": time.time()})
+    return out
+
+
+def probe_ready(d, port, opts):
+    """One look: is the server up, does it generate, what does it say about itself?"""
+    doc = {"health_generate": None, "generated": None, "server_info": None}
+    code, _ = http(d, port, "/health_generate", timeout=5.0)
+    doc["health_generate"] = code
+    if code != 200:
+        return doc
+    if opts.get("engine") == "vllm":
+        code, out = http(d, port, "/v1/completions", {"model": opts.get("model"), "prompt": opts["prompt"],
+                                                      "max_tokens": 8, "temperature": 0}, timeout=60)
+        text = out["choices"][0]["text"] if code == 200 and isinstance(out, dict) else None
+    else:
+        code, out = http(d, port, "/generate", {"text": opts["prompt"],
+                                                "sampling_params": {"max_new_tokens": 8, "temperature": 0}}, timeout=60)
+        text = out.get("text") if code == 200 and isinstance(out, dict) else None
+    doc["generated"] = text if text else f"generation failed: HTTP {code}: {str(out)[:200]}"
+    doc["generation_ok"] = bool(text)
+    info_code, info = http(d, port, "/get_server_info")
+    doc["server_info"] = strip_secrets(info) if info_code == 200 and isinstance(info, dict) else None
+    return doc
+
+
+def cmd_wait(d, port, opts):
+    end = time.monotonic() + opts["budget_s"]
+    t0 = time.monotonic()
+    while True:
+        state = load_state(d)
+        if not alive(state):
+            if state.get("status") in ("starting", "running"):
+                save_state(d, {**state, "status": "failed", "failed_at": time.time()})
+            return {"dead": True, "log_tail": log_tail(d), "state": state, "waited_s": time.monotonic() - t0}
+        doc = probe_ready(d, port, opts)
+        if doc.get("generation_ok"):
+            if state.get("status") == "starting":
+                save_state(d, {**state, "status": "running"})
+            return {**doc, "dead": False, "waited_s": time.monotonic() - t0}
+        if time.monotonic() + 0.1 > end:
+            return {**doc, "dead": False, "log_tail": log_tail(d, 10), "waited_s": time.monotonic() - t0}
+        time.sleep(0.1)
+
+
+def main(argv):
+    cmd, d = argv[0], argv[1]
+    if cmd == "status":
+        out = cmd_status(d, int(argv[2]), argv[3] if len(argv) > 3 else None)
+    elif cmd == "start":
+        out = cmd_start(d, argv[2])
+    elif cmd == "record":
+        out = cmd_record(d, argv[2], argv[3])
+    elif cmd == "annotate":
+        out = {**load_state(d), "recorded": json.loads(argv[2])}
+        save_state(d, out)
+    elif cmd == "stop":
+        out = cmd_stop(d, float(argv[2]), argv[3] if len(argv) > 3 else None)
+    elif cmd == "wait":
+        out = cmd_wait(d, int(argv[2]), json.loads(argv[3]))
+    else:
+        raise SystemExit(f"unknown command {cmd}")
+    sys.stdout.write(json.dumps(out) + "\n")
+    if "error" in out:
+        sys.stderr.write(out["error"] + "\n")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

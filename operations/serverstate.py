@@ -1,0 +1,111 @@
+"""What a host's server is doing: the ``ServerStatusFact`` and drift (desired config vs what is running)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from pyinfra.api import FactBase
+from pyinfra.api.exceptions import FactProcessError
+
+from .config import VERIFY_KEYS, ServerConfig
+from .engines import engine_for
+from .remote import guarded, python_script
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    alive: bool = False  # the process specops started is running
+    pid: int | None = None
+    status: str = "absent"  # absent | starting | running | stopped | failed
+    config_hash: str | None = None
+    recorded: dict = field(default_factory=dict)  # masked args and verify settings it was started with
+    health: int | None = None  # /health status code on the server's port (None: nothing listens)
+    server_info: dict | None = None  # /get_server_info, secrets stripped
+    launch_sh: str | None = None
+    unit_file: str | None = None
+    error: str | None = None
+
+    @property
+    def foreign(self) -> bool:
+        """Something answers on the port, but not the process specops started (e.g. restarted by hand)."""
+        return not self.alive and self.health is not None
+
+
+def parse_status(doc: dict) -> ServerStatus:
+    if "error" in doc:
+        return ServerStatus(error=doc["error"])
+    state = doc.get("state") or {}
+    return ServerStatus(alive=bool(doc.get("alive")), pid=state.get("pid"), status=state.get("status", "absent"),
+                        config_hash=state.get("config_hash"), recorded=state.get("recorded") or {},
+                        health=doc.get("health"), server_info=doc.get("server_info"), launch_sh=doc.get("launch_sh"),
+                        unit_file=doc.get("unit_file"))
+
+
+class ServerStatusFact(FactBase):
+    """
+    The server specops manages in ``directory``: liveness, recorded config hash, /health and /get_server_info.
+
+    + directory: the server's state directory on the host
+    + port: the port it serves on
+    + unit: systemd unit name when supervised by systemd
+    + python: interpreter on the host that runs the check
+    """
+
+    @staticmethod
+    def default() -> ServerStatus:
+        return ServerStatus(error="no output")
+
+    def command(self, directory: str, port: int, unit: str | None = None, python: str = "python3"):
+        args = ["status", directory, str(port)] + ([unit] if unit else [])
+        missing = json.dumps({"error": f"{python} not found on host"})
+        return guarded(python, python_script(python, "server_ctl.py", *args), missing)
+
+    def process(self, output: list[str]) -> ServerStatus:
+        try:
+            return parse_status(json.loads("\n".join(output)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise FactProcessError(f"unreadable server status: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    field: str
+    current: object
+    desired: object
+    restart: bool
+
+    def __str__(self) -> str:
+        return f"~ {self.field}: {_show(self.current)} -> {_show(self.desired)} ({'restart' if self.restart else 'no restart'})"
+
+
+def _show(value) -> str:
+    return "(unset)" if value is None else json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+def recorded_view(cfg: ServerConfig) -> dict:
+    """What state.json remembers of a config: masked args and the verification settings."""
+    return {"args": cfg.masked_args(), "verify": {k: getattr(cfg, k) for k in VERIFY_KEYS}}
+
+
+def drift(cfg: ServerConfig, status: ServerStatus) -> list[FieldChange]:
+    """Per-field changes from what runs (the live server's own report, else what specops recorded) to ``cfg``."""
+    engine = engine_for(cfg.engine)
+    desired = engine.desired_view(cfg)
+    if status.server_info:
+        current = engine.reported_view(cfg, status.server_info)
+    elif status.recorded:
+        masked = status.recorded.get("args", {})
+        defaults = engine.desired_view(cfg.__class__(name=cfg.name, engine=cfg.engine, args={}))
+        current = {k: masked.get(k, defaults.get(k)) for k in desired}
+    else:
+        current = {}
+    changes = [FieldChange(k, current.get(k), v, True) for k, v in desired.items()
+               if current and current.get(k) != v]
+    recorded_args = status.recorded.get("args", {})
+    changes += [FieldChange(k, "<secret>", "<secret, changed>", True) for k in cfg.args
+                if cfg.is_secret(k) and status.config_hash and status.config_hash != cfg.config_hash
+                and k in recorded_args and not changes]
+    verify = status.recorded.get("verify", {})
+    changes += [FieldChange(k, verify.get(k), getattr(cfg, k), False) for k in VERIFY_KEYS
+                if verify and verify.get(k) != getattr(cfg, k)]
+    return changes

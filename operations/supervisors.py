@@ -1,0 +1,100 @@
+"""Where a server's files go and how it is started and stopped: a plain process supervisor or systemd."""
+from __future__ import annotations
+
+import posixpath
+import shlex
+from dataclasses import dataclass
+
+from pyinfra.api import StringCommand
+
+from .config import ServerConfig
+from .engines import SecretRef, engine_for
+from .remote import python_script
+from .render import render
+
+
+@dataclass(frozen=True)
+class ServerFile:
+    path: str
+    content: str
+    mode: str  # octal, e.g. "700"
+    secret: bool = False  # never printed or diffed
+
+
+def _argv_for_shell(arg) -> str:
+    if isinstance(arg, SecretRef):
+        return f'"${{{arg.variable}}}"'  # expanded from secrets.env at launch; never rendered into the script
+    return shlex.quote(str(arg))
+
+
+def secrets_env(cfg: ServerConfig) -> str:
+    lines = [f"{SecretRef(k).variable}={shlex.quote(str(v))}" for k, v in sorted(cfg.args.items())
+             if cfg.is_secret(k) and v is not None]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(cfg.env.items()) if cfg.is_secret(k)]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+@dataclass(frozen=True)
+class Supervisor:
+    """Files and commands for one named server under ``state_dir``."""
+
+    name: str
+    state_dir: str
+    python: str = "python3"
+
+    @property
+    def directory(self) -> str:
+        return posixpath.join(self.state_dir, self.name)
+
+    def path(self, leaf: str) -> str:
+        return posixpath.join(self.directory, leaf)
+
+    unit = None  # systemd unit name, when systemd supervises
+
+    def files(self, cfg: ServerConfig) -> list[ServerFile]:
+        argv = engine_for(cfg.engine).argv(cfg)
+        public_env = {k: v for k, v in sorted(cfg.env.items()) if not cfg.is_secret(k)}
+        script = render("launch.sh.j2", name=self.name, config_hash=cfg.config_hash, env_file=self.path("secrets.env"),
+                        env=public_env, argv=argv, shell_arg=_argv_for_shell)
+        return [ServerFile(self.path("launch.sh"), script, "700"),
+                ServerFile(self.path("secrets.env"), secrets_env(cfg), "600", secret=True)]
+
+    def ctl(self, *args: str) -> StringCommand:
+        return python_script(self.python, "server_ctl.py", *args)
+
+    def stop(self, grace_s: float) -> list[StringCommand]:
+        return [self.ctl("stop", self.directory, str(grace_s))]
+
+    def start(self, cfg: ServerConfig) -> list[StringCommand]:
+        return [self.ctl("start", self.directory, cfg.config_hash)]
+
+
+@dataclass(frozen=True)
+class SystemdSupervisor(Supervisor):
+    unit_dir: str = "/etc/systemd/system"
+
+    @property
+    def unit(self) -> str:
+        return f"specops-{self.name}.service"
+
+    def files(self, cfg: ServerConfig) -> list[ServerFile]:
+        unit = render("server.service.j2", name=self.name, config_hash=cfg.config_hash,
+                      launch_script=self.path("launch.sh"), env_file=None, log_file=self.path("server.log"),
+                      stop_timeout_s=int(cfg.stop_grace_s))
+        return super().files(cfg) + [ServerFile(posixpath.join(self.unit_dir, self.unit), unit, "644")]
+
+    def stop(self, grace_s: float) -> list[StringCommand]:
+        return [self.ctl("stop", self.directory, str(grace_s), self.unit)]
+
+    def start(self, cfg: ServerConfig) -> list[StringCommand]:
+        return [StringCommand("systemctl", "daemon-reload"),
+                StringCommand("systemctl", "start", shlex.quote(self.unit)),
+                self.ctl("record", self.directory, cfg.config_hash, self.unit)]
+
+
+def supervisor_for(kind: str, name: str, state_dir: str, python: str) -> Supervisor:
+    if kind == "process":
+        return Supervisor(name, state_dir, python)
+    if kind == "systemd":
+        return SystemdSupervisor(name, state_dir, python)
+    raise ValueError(f"supervisor must be 'process' or 'systemd', got {kind!r}")
