@@ -45,10 +45,15 @@ def _port_issues(cfg: ServerConfig, key: str) -> list[Issue]:
     return []
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _int_at_least(cfg, key, low) -> list[Issue]:
+    """Range check only: a non-integer is already reported by the flag table's type check."""
     v = cfg.args.get(key)
-    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < low):
-        return [Issue(key, f"must be an integer >= {low}, got {v!r}")]
+    if _is_int(v) and v < low:
+        return [Issue(key.replace("_", "-"), f"must be an integer >= {low}, got {v!r}")]
     return []
 
 
@@ -129,6 +134,8 @@ class SGLang:
             issues += _int_at_least(cfg, "speculative_num_draft_tokens", 2)
             steps, topk, draft = (a.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk",
                                                       "speculative_num_draft_tokens"))
+            if not all(map(_is_int, (steps, topk, draft))):
+                return issues
             if not issues and topk == 1 and draft != steps + 1:
                 issues.append(Issue("speculative-num-draft-tokens",
                                     f"with speculative-eagle-topk 1 it must be speculative-num-steps + 1 = {steps + 1}"
@@ -142,7 +149,7 @@ class SGLang:
     def _topology_issues(self, cfg: ServerConfig, ctx: HostContext) -> list[Issue]:
         a = cfg.args
         issues = _int_at_least(cfg, "tp_size", 1) + _int_at_least(cfg, "dp_size", 1) + _int_at_least(cfg, "nnodes", 1)
-        if issues:
+        if issues or not all(_is_int(a.get(k, 1)) for k in ("tp_size", "dp_size", "nnodes")):
             return issues
         nnodes = a.get("nnodes", 1)
         tp, dp = a.get("tp_size", 1), a.get("dp_size", 1)
@@ -262,7 +269,8 @@ class VLLM:
                     issues.append(Issue("speculative-config.prompt_lookup_max", "required for ngram (an integer >= 1)"))
                 elif isinstance(lo, int) and lo > hi:
                     issues.append(Issue("speculative-config.prompt_lookup_min", f"{lo} > prompt_lookup_max {hi}"))
-        if ctx.gpu_count is not None and cfg.gpu_count() > ctx.gpu_count:
+        sizes = (cfg.args.get("tensor_parallel_size", 1), cfg.args.get("data_parallel_size", 1))
+        if ctx.gpu_count is not None and all(map(_is_int, sizes)) and cfg.gpu_count() > ctx.gpu_count:
             issues.append(Issue("tensor-parallel-size", f"needs {cfg.gpu_count()} GPU(s); host has {ctx.gpu_count}"))
         return [Issue(i.field, i.message, ctx.name) for i in issues]
 

@@ -12,8 +12,8 @@ import pytest
 
 from gpusim.host import SimHost
 
-import importlib.util
-TMP_NVML = importlib.util.find_spec("gpusim.nvml_build") is not None
+
+
 REPO = Path(__file__).resolve().parent.parent
 PYINFRA = str(Path(sys.executable).with_name("pyinfra"))
 
@@ -39,7 +39,7 @@ def run_pyinfra(sim: SimHost, *args: str, deploy: str = "deploy.py", cwd: Path =
 @pytest.fixture
 def sim(tmp_path):
     """A fresh 4-GPU simulated host (with the libnvidia-ml stand-in) and a short release delay."""
-    host = SimHost.create(tmp_path / "host", 4, release_delay_s=0.5, nvml=TMP_NVML)
+    host = SimHost.create(tmp_path / "host", 4, release_delay_s=0.5)
     yield host
     host.cleanup()
 

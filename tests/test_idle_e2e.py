@@ -2,8 +2,12 @@
 import os
 import re
 
-from conftest import needs_root, run_pyinfra
-from test_gpusim import wait_for
+from conftest import needs_root, run_pyinfra as _run_pyinfra
+
+
+def run_pyinfra(sim, *args):
+    """deploy.py with config=none: the main job reduced to "every GPU idle"."""
+    return _run_pyinfra(sim, "--data", "config=none", *args)
 
 
 def test_idle_gpus_make_no_change_twice(sim):

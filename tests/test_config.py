@@ -1,0 +1,122 @@
+"""Config X: loading, secrets, and validation (every error listed, with field and host)."""
+import pytest
+
+from operations import config as configs
+from operations.config import ServerConfig, from_mapping
+from operations.engines import HostContext, validate
+from operations.errors import ConfigError
+
+from conftest import REPO
+
+EAGLE3 = {"model-path": "meta-llama/Llama-3.1-8B-Instruct", "speculative-algorithm": "EAGLE3",
+          "speculative-draft-model-path": "jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B",
+          "speculative-num-steps": 3, "speculative-eagle-topk": 4, "speculative-num-draft-tokens": 16}
+
+
+def issues(data, ctx=HostContext("gpu-a", 8)):
+    return [str(i) for i in validate(from_mapping(data, "t"), ctx)]
+
+
+@pytest.mark.parametrize("name", ["eagle3-llama3.1-8b", "baseline-llama3.1-8b", "vllm-eagle3-llama3.1-8b"])
+def test_shipped_configs_are_valid(name):
+    cfg = configs.load(name, REPO / "configs")
+    assert validate(cfg, HostContext("h", 8)) == []
+    assert cfg.speculative == ("baseline" not in name)
+
+
+def test_flag_spellings_are_one_key():
+    cfg = from_mapping({"model": "m", "tp_size": 2, "speculative-eagle-topk": 4}, "t")
+    assert set(cfg.args) == {"model_path", "tp_size", "speculative_eagle_topk"}
+    with pytest.raises(ConfigError, match="given twice"):
+        from_mapping({"model": "m", "model-path": "m"}, "t")
+
+
+def test_unknown_flag_bad_choice_bad_type_all_listed():
+    got = issues({"model-path": "m", "cuda-graph-max-bs": 8, "dtype": "fp7", "tp-size": "two"})
+    assert got == ["[gpu-a] cuda-graph-max-bs: unknown flag for SGLang 0.5.23",
+                   "[gpu-a] dtype: 'fp7' is not one of ['auto', 'half', 'float16', 'bfloat16', 'float', 'float32']",
+                   "[gpu-a] tp-size: must be an integer, got 'two'"]
+
+
+def test_eagle_without_draft_model_is_refused_with_the_reason():
+    got = issues({k: v for k, v in EAGLE3.items() if k != "speculative-draft-model-path"})
+    assert got == ["[gpu-a] speculative-draft-model-path: required for EAGLE3: without it SGLang drafts with the "
+                   "target model itself and crashes after loading the weights twice"]
+
+
+def test_inconsistent_steps_topk_draft_tokens():
+    assert issues({**EAGLE3, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 8}) == [
+        "[gpu-a] speculative-num-draft-tokens: with speculative-eagle-topk 1 it must be speculative-num-steps + 1 "
+        "= 4, got 8 (SGLang would silently override it)"]
+    assert issues({**EAGLE3, "speculative-num-steps": 1, "speculative-num-draft-tokens": 16}) == [
+        "[gpu-a] speculative-num-draft-tokens: 16 exceeds the 5 tokens a tree of 1 steps x topk 4 can propose"]
+    assert issues({**EAGLE3, "speculative-num-steps": None}) == [
+        "[gpu-a] speculative-num-steps: required for EAGLE3 (set steps, topk and draft tokens together)"]
+    assert issues({"model-path": "m", "speculative-num-steps": 3}) == [
+        "[gpu-a] speculative-num-steps: set without speculative-algorithm (it would be ignored)"]
+    assert issues({**EAGLE3, "speculative-algorithm": "MEDUSA"}) == [
+        "[gpu-a] speculative-algorithm: 'MEDUSA' is not one of ['EAGLE', 'EAGLE3', 'NEXTN', 'STANDALONE', 'NGRAM']"]
+
+
+def test_tp_dp_against_host_gpus_and_ports_and_nodes():
+    got = issues({**EAGLE3, "tp-size": 4, "dp-size": 4, "port": 70000, "nnodes": 2, "node-rank": 3},
+                 HostContext("gpu-b", 4, group_size=3))
+    assert got == ["[gpu-b] port: port must be an integer 1-65535, got 70000",
+                   "[gpu-b] tp-size: tp-size 4 x dp-size 4 / nnodes 2 needs 8 GPU(s) (up to index 7); host has 4",
+                   "[gpu-b] nnodes: 2 but the inventory group serving this model has 3 host(s)",
+                   "[gpu-b] node-rank: 3 is outside 0..1",
+                   "[gpu-b] dist-init-addr: required when nnodes > 1 (rank 0's address:port)"]
+    assert issues({"model-path": "m", "mem-fraction-static": 1.5}) == [
+        "[gpu-a] mem-fraction-static: must be between 0 and 1, got 1.5"]
+    assert issues({"model-path": "m", "trust-remote-code": "yes"}) == [
+        "[gpu-a] trust-remote-code: is a switch: true or false, got 'yes'"]
+
+
+def test_specops_section_and_env_refs():
+    with pytest.raises(ConfigError) as err:
+        from_mapping({"model-path": "m", "api-key": "${NOPE_KEY}", "specops": {"engine": "trt", "colour": 1}}, "t",
+                     environ={})
+    text = str(err.value)
+    assert "specops.colour: unknown specops key" in text and "specops.engine: 'trt' is not one of" in text
+    assert "api-key: environment variable NOPE_KEY is not set on the controller" in text
+
+
+def test_secrets_are_masked_and_hashed_not_exposed():
+    cfg = from_mapping({"model-path": "m", "api-key": "${K}", "specops": {"env": {"HF_TOKEN": "hf_abc",
+                                                                              "NCCL_DEBUG": "WARN"}}},
+                       "t", environ={"K": "s3cr3t"})
+    assert cfg.args["api_key"] == "s3cr3t" and cfg.masked_args()["api_key"] == "<secret>"
+    assert cfg.is_secret("HF_TOKEN") and not cfg.is_secret("NCCL_DEBUG")
+    assert "s3cr3t" not in repr(cfg.restart_identity()) and "hf_abc" not in repr(cfg.restart_identity())
+    other = from_mapping({"model-path": "m", "api-key": "other", "specops": {"env": {"HF_TOKEN": "hf_abc",
+                                                                             "NCCL_DEBUG": "WARN"}}}, "t")
+    assert other.config_hash != cfg.config_hash  # a new key restarts the server
+
+
+def test_missing_config_name_lists_known(tmp_path):
+    (tmp_path / "a.yaml").write_text("model-path: m\n")
+    with pytest.raises(ConfigError, match="no config 'b'.*known: a"):
+        configs.load("b", tmp_path)
+    (tmp_path / "bad.yaml").write_text("model-path: [\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        configs.load("bad", tmp_path)
+
+
+def test_vllm_speculative_config_rules():
+    base = {"model": "m", "specops": {"engine": "vllm"}}
+    v = lambda spec: issues({**base, "speculative-config": spec})  # noqa: E731
+    assert v({"method": "eagle3", "num_speculative_tokens": 3}) == [
+        "[gpu-a] speculative-config.model: required for method eagle3"]
+    assert v({"method": "ngram", "num_speculative_tokens": 4}) == [
+        "[gpu-a] speculative-config.prompt_lookup_max: required for ngram (an integer >= 1)"]
+    assert v({"method": "mtp", "num_speculative_tokens": 0}) == [
+        "[gpu-a] speculative-config.num_speculative_tokens: must be an integer >= 1, got 0"]
+    assert v({"method": "medusa2", "num_speculative_tokens": 1}) == [
+        "[gpu-a] speculative-config.method: 'medusa2' is not one of ['eagle', 'eagle3', 'ngram', 'mtp', 'draft_model']"]
+    assert issues({**base, "tensor-parallel-size": 16}) == ["[gpu-a] tensor-parallel-size: needs 16 GPU(s); host has 8"]
+
+
+def test_python_object_config():
+    cfg = ServerConfig(name="py", args={"model_path": "m", "port": 31000})
+    assert cfg.port == 31000 and cfg.launcher == ("python3", "-m", "sglang.launch_server")
+    assert validate(cfg) == []
