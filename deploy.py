@@ -6,7 +6,7 @@
     pyinfra -y inventory/sim.py deploy.py --data config=none                # only: every GPU idle
 
 Host data (or --data): ``config`` (name in configs/, a path, or ``none``), ``gpus`` (for config=none),
-``grace_s``, ``deadline_s``, ``users``.
+``grace_s``, ``deadline_s``, ``users``, ``force`` (start without gpu.idle first).
 """
 from pyinfra import host
 
@@ -35,4 +35,5 @@ else:
         users=host.data.get("users"),
         grace_s=float(host.data.get("grace_s", 10)),
         idle_deadline_s=float(host.data.get("deadline_s", 120)),
+        idle=not host.data.get("force", False),  # force=true: start without making the GPUs idle first
     )

@@ -62,8 +62,28 @@ class SimHost:
         host["driver_loaded"] = loaded
         ledger.save_host(self.root, host)
 
+    def configure(self, **settings) -> None:
+        """Update host.json settings, e.g. server_start_s, accept_length, release_delay_s."""
+        host = json.loads((self.root / "host.json").read_text())
+        host.update(settings)
+        ledger.save_host(self.root, host)
+
+    def servers(self) -> list[dict]:
+        """state.json of every server started on this host (under DIR/servers, as inventory/sim.py puts them)."""
+        out = []
+        for path in sorted((self.root / "servers").glob("*/state.json")):
+            with contextlib.suppress(OSError, ValueError):
+                out.append(json.loads(path.read_text()))
+        return out
+
     def cleanup(self) -> None:
-        """SIGKILL the holders and watchers this object started, by PID, if they are still those processes."""
+        """SIGKILL the holders and watchers this object started, by PID, if they are still those processes;
+        likewise the servers started on this host (recorded with their start time in state.json)."""
+        for server in self.servers():
+            pid = server.get("pid")
+            if pid and ledger.proc_start_time(pid) == server.get("start"):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(server.get("pgid") or pid, signal.SIGKILL)
         for h in self.holders:
             if h.alive():
                 with contextlib.suppress(ProcessLookupError):

@@ -43,7 +43,7 @@ def _tuple(value) -> tuple[str, ...] | None:
 @operation()
 def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_protected=(),
          threshold_mib: int = DEFAULT_THRESHOLD_MIB, grace_s: float = 10.0, deadline_s: float = 60.0,
-         stable_s: float = 0.1, poll_s: float = 0.05, progress_s: float = 2.0, python: str | None = None):
+         stable_s: float = 0.05, poll_s: float = 0.02, progress_s: float = 2.0, python: str | None = None):
     """
     Make GPUs idle: stop their compute processes (SIGTERM to the process group, SIGKILL after a grace period)
     and wait until the driver has released the memory, ending in a verdict.

@@ -17,8 +17,8 @@ from .waiting import Clock, Deadline, ReadCost, Stable, poll
 class Timing:
     grace_s: float = 10.0  # SIGTERM to SIGKILL
     deadline_s: float = 60.0  # whole wait, never overshot
-    stable_s: float = 0.1  # idle must hold this long (and over two readings)
-    poll_s: float = 0.05
+    stable_s: float = 0.05  # idle must hold this long (and over two readings)
+    poll_s: float = 0.02
     progress_s: float = 2.0  # how often to print a progress line while waiting
 
     def __post_init__(self):
