@@ -5,7 +5,7 @@ started: pid, start time, config hash), server.log. Secrets never travel on a co
 read the API key from secrets.env themselves.
 
     status DIR PORT [UNIT]         state, liveness, /health, /get_server_info, launch.sh content
-    start DIR HASH                 setsid launch.sh >> server.log, record pid/start/hash
+    start DIR HASH [PORT]          setsid launch.sh >> server.log, record pid/start/hash (refused if PORT is taken)
     record DIR HASH UNIT           after systemctl start: record the unit's MainPID
     annotate DIR JSON              add what the server was started with (masked args, verify settings)
     stop DIR GRACE [UNIT]          TERM the process group, KILL after GRACE seconds; state -> stopped
@@ -134,10 +134,34 @@ def cmd_status(d, port, unit=None):
     return doc
 
 
-def cmd_start(d, config_hash):
+def listener(port):
+    """'pid N (cmdline)' of whoever listens on TCP ``port``, 'unknown process' if hidden, None if free."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in (read(table, "") or "").splitlines()[1:]:
+            cols = line.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(cols[9])
+    if not inodes:
+        return None
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in {f"socket:[{i}]" for i in inodes} for fd in fds):
+                cmd = (read(f"/proc/{pid}/cmdline", "") or "").replace("\0", " ").strip()
+                return f"pid {pid} ({cmd[:160]})"
+        except OSError:
+            continue
+    return "unknown process"
+
+
+def cmd_start(d, config_hash, port=None):
     state = load_state(d)
     if alive(state):
         return {"error": f"already running as pid {state['pid']}"}
+    owner = listener(port) if port else None
+    if owner:  # starting now would only die with 'Address already in use' after loading the weights
+        return {"error": f"port {port} is already in use by {owner}; not starting"}
     r, w = os.pipe()
     mid = os.fork()
     if mid == 0:
@@ -194,7 +218,8 @@ def cmd_stop(d, grace, unit=None):
 def probe_ready(d, port, opts):
     """One look: is the server up, does it generate, what does it say about itself?"""
     doc = {"health_generate": None, "generated": None, "server_info": None}
-    code, _ = http(d, port, "/health_generate", timeout=5.0)
+    health = "/health" if opts.get("engine") == "vllm" else "/health_generate"  # vLLM has no health_generate
+    code, _ = http(d, port, health, timeout=5.0)
     doc["health_generate"] = code
     if code != 200:
         return doc
@@ -237,7 +262,7 @@ def main(argv):
     if cmd == "status":
         out = cmd_status(d, int(argv[2]), argv[3] if len(argv) > 3 else None)
     elif cmd == "start":
-        out = cmd_start(d, argv[2])
+        out = cmd_start(d, argv[2], int(argv[3]) if len(argv) > 3 else None)
     elif cmd == "record":
         out = cmd_record(d, argv[2], argv[3])
     elif cmd == "annotate":

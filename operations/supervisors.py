@@ -66,7 +66,7 @@ class Supervisor:
         return [self.ctl("stop", self.directory, str(grace_s))]
 
     def start(self, cfg: ServerConfig) -> list[StringCommand]:
-        return [self.ctl("start", self.directory, cfg.config_hash)]
+        return [self.ctl("start", self.directory, cfg.config_hash, str(cfg.port))]
 
 
 @dataclass(frozen=True)

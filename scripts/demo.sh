@@ -6,14 +6,17 @@ cd "$(dirname "$0")/.."
 . scripts/venv.sh
 export GPUSIM_ROOT="${GPUSIM_ROOT:-$PWD/.gpusim/host}"
 pids="$GPUSIM_ROOT.demo-pids"
-cleanup() {  # stop only what this script started, by PID
+pyinfra() { .venv/bin/pyinfra "$@"; }
+cleanup() {  # stop only what this script started: its holders by PID, its server through specops
     [ -f "$pids" ] && while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done < "$pids"
     rm -f "$pids"
+    [ -d "$GPUSIM_ROOT/servers" ] && pyinfra -y inventory/sim.py operations.server.stopped >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 cleanup
 "$PY" -m gpusim init "$GPUSIM_ROOT" --gpus 8 --release-delay 2
 "$PY" -m gpusim reset "$GPUSIM_ROOT" >/dev/null
+"$PY" -c 'import sys; from gpusim.host import SimHost; SimHost(__import__("pathlib").Path(sys.argv[1])).configure(server_start_s=3)' "$GPUSIM_ROOT"
 hold() { "$PY" -m gpusim hold "$GPUSIM_ROOT" "$@" | "$PY" -c 'import json,sys; d=json.load(sys.stdin); print(d["pid"]); print(d["watcher"])' >> "$pids"; }
 hold --gpus 0,1,2,3 --mib 120000 --name python3              # a stale server that exits on SIGTERM
 hold --gpus 4,5 --mib 70000 --name python3 --on-term ignore   # a benchmark that ignores SIGTERM
@@ -21,9 +24,16 @@ hold --gpus 0 --mib 300 --name nvidia-persistenced           # a protected daemo
 smi="$GPUSIM_ROOT/bin/nvidia-smi"
 echo "== before"; "$smi" --query-gpu=index,memory.used,memory.total --format=csv
 "$smi" --query-compute-apps=pid,process_name,used_gpu_memory --format=csv
-echo "== converge: pyinfra -y inventory/sim.py deploy.py --data grace_s=3"
-.venv/bin/pyinfra -y inventory/sim.py deploy.py --data grace_s=3
+echo "== 1. every GPU idle: pyinfra -y inventory/sim.py deploy.py --data config=none --data grace_s=3"
+pyinfra -y inventory/sim.py deploy.py --data config=none --data grace_s=3
 echo "== after"; "$smi" --query-gpu=index,memory.used,memory.total --format=csv
 "$smi" --query-compute-apps=pid,process_name,used_gpu_memory --format=csv
-echo "== again: already converged, so no change"
-.venv/bin/pyinfra -y -v inventory/sim.py deploy.py | grep -E "noop|GPUs idle"
+echo "== 2. EAGLE-3 server running: pyinfra -y inventory/sim.py deploy.py --data config=eagle3-llama3.1-8b"
+pyinfra -y inventory/sim.py deploy.py --data config=eagle3-llama3.1-8b
+echo "== 3. again: already converged, so no change"
+pyinfra -y -v inventory/sim.py deploy.py --data config=eagle3-llama3.1-8b | grep -E "noop|No change"
+echo "== 4. what switching to the baseline would change: --dry --diff"
+pyinfra inventory/sim.py deploy.py --data config=baseline-llama3.1-8b --dry --diff | grep -E "~|server.running|Will|[-+] exec"
+echo "== 5. switch to the baseline (no OOM: the old server is stopped and its memory proven released first)"
+pyinfra -y inventory/sim.py deploy.py --data config=baseline-llama3.1-8b
+"$smi" --query-compute-apps=pid,process_name,used_gpu_memory --format=csv

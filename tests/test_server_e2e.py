@@ -177,3 +177,27 @@ def test_secret_never_in_output_diffs_logs_or_readable_files(server_sim, configs
             assert secret not in f.read_text(), f
     assert secret in (directory / "secrets.env").read_text()
     assert not (directory.stat().st_mode & stat.S_IRWXO)
+
+
+def test_shell_metacharacters_in_config_strings_reach_the_server_verbatim(server_sim, configs, tmp_path):
+    nasty = "llama$(touch PWNED)`touch PWNED`'\";|&"
+    data = yaml.safe_load(configs["baseline-llama3.1-8b"].read_text())
+    data["model-path"] = nasty
+    data["served-model-name"] = nasty
+    path = tmp_path / "nasty.yaml"
+    path.write_text(yaml.safe_dump(data))
+    run = converge(server_sim, path)
+    assert run.rc == 0 and "config confirmed" in run.out, run  # the server reports model_path == nasty
+    assert not list(REPO.glob("PWNED")) and not list(tmp_path.rglob("PWNED")) and not list(
+        server_sim.root.rglob("PWNED"))
+
+
+def test_port_taken_by_a_non_gpu_process_is_reported_not_crashed_into(server_sim, configs):
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("0.0.0.0", configs["port"]))
+        taken.listen()
+        run = converge(server_sim, configs["baseline-llama3.1-8b"])
+    assert run.rc != 0, run
+    assert f"port {configs['port']} is already in use by pid {os.getpid()}" in run.out, run
+    assert not (server_sim.root / "servers" / "llm" / "server.log").exists()
