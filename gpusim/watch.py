@@ -10,6 +10,7 @@ import select
 import time
 
 from . import ledger
+from .holder import set_comm
 
 
 def watch(root: str, pid: int) -> int:
@@ -27,6 +28,7 @@ def watch(root: str, pid: int) -> int:
         os.setsid()
         if os.fork():
             os._exit(0)
+        set_comm("gpusim-driver")
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)

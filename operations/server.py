@@ -125,7 +125,7 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
             _log(host, f"    {change}")
         if state.config.DIFF:
             _file_diffs(sup, files, status)
-        if idle and gpus_now.available:
+        if idle and gpus_now.available and not state.is_executing:  # at execute gpu.idle prints its own plan
             plan = plan_idle(gpus_now, Selection(frozenset(cfg.gpu_indices()), users))
             ours = {status.pid} if status.alive else set()
             if ours:

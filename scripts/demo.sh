@@ -31,9 +31,9 @@ echo "== after"; "$smi" --query-gpu=index,memory.used,memory.total --format=csv
 echo "== 2. EAGLE-3 server running: pyinfra -y inventory/sim.py deploy.py --data config=eagle3-llama3.1-8b"
 pyinfra -y inventory/sim.py deploy.py --data config=eagle3-llama3.1-8b
 echo "== 3. again: already converged, so no change"
-pyinfra -y -v inventory/sim.py deploy.py --data config=eagle3-llama3.1-8b | grep -E "noop|No change"
+pyinfra -y -v inventory/sim.py deploy.py --data config=eagle3-llama3.1-8b 2>&1 | grep -E "noop|No change"
 echo "== 4. what switching to the baseline would change: --dry --diff"
-pyinfra inventory/sim.py deploy.py --data config=baseline-llama3.1-8b --dry --diff | grep -E "~|server.running|Will|[-+] exec"
+pyinfra inventory/sim.py deploy.py --data config=baseline-llama3.1-8b --dry --diff 2>&1 | grep -E "~|server.running|Will|[-+] exec"
 echo "== 5. switch to the baseline (no OOM: the old server is stopped and its memory proven released first)"
 pyinfra -y inventory/sim.py deploy.py --data config=baseline-llama3.1-8b
 "$smi" --query-compute-apps=pid,process_name,used_gpu_memory --format=csv
