@@ -201,3 +201,15 @@ def test_port_taken_by_a_non_gpu_process_is_reported_not_crashed_into(server_sim
     assert run.rc != 0, run
     assert f"port {configs['port']} is already in use by pid {os.getpid()}" in run.out, run
     assert not (server_sim.root / "servers" / "llm" / "server.log").exists()
+
+
+def test_verification_only_change_needs_no_restart(server_sim, configs, tmp_path):
+    assert converge(server_sim, configs["eagle3-llama3.1-8b"]).rc == 0
+    pid = running(server_sim)["pid"]
+    data = yaml.safe_load(configs["eagle3-llama3.1-8b"].read_text())
+    data["specops"]["min_accept_length"] = 2.5
+    path = tmp_path / "stricter.yaml"
+    path.write_text(yaml.safe_dump(data))
+    run = converge(server_sim, path, "-v")
+    assert run.rc == 0 and "healthy; ~ min_accept_length: 2.0 -> 2.5 (no restart)" in run.out, run
+    assert running(server_sim)["pid"] == pid

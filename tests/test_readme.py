@@ -1,0 +1,28 @@
+"""README command 1 (the main job on the embedded default) on a fresh copy of the repository."""
+import re
+import shutil
+import subprocess
+
+from conftest import REPO
+
+
+def test_main_job_on_a_fresh_copy_converges_and_says_what_it_did(tmp_path):
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split()
+    clone = tmp_path / "clone"
+    for name in files:
+        src = REPO / name
+        if src.is_file():
+            dst = clone / name
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    command = re.search(r"```sh\n\s*(sh scripts/demo\.sh)\n\s*```", (REPO / "README.md").read_text()).group(1)
+    proc = subprocess.run(command, shell=True, cwd=clone, capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert re.search(r"idle: GPU 0,1,2,3,4,5,6,7 idle after [\d.]+s \(pid \d+ stopped by SIGTERM, pid \d+ needed "
+                     r"SIGKILL\)", out), out[-4000:]
+    assert "ready after" in out and "avg accept length" in out and "noop: server llm running config" in out
+    assert "~ speculative_num_draft_tokens: 16 -> (unset) (restart)" in out
+    assert out.count("config confirmed") == 2
+    assert "nvidia-persistenced, 300 MiB" in out.split("== 5.")[-1]  # the protected daemon survived it all
