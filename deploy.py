@@ -8,7 +8,7 @@
 Host data (or --data): ``config`` (name in configs/, a path, or ``none``), ``gpus`` (for config=none),
 ``grace_s``, ``deadline_s``, ``users``, ``force`` (start without gpu.idle first).
 """
-from pyinfra import host
+from pyinfra import host, inventory
 
 from operations import gpu, server
 
@@ -29,6 +29,7 @@ if config in (None, "", "none"):
         deadline_s=float(host.data.get("deadline_s", 60)),
     )
 else:
+    server.check_inventory(config, inventory)  # every host's config errors at once, before anything runs
     server.running(
         name=f"server running with config {config}",
         config=config,

@@ -126,24 +126,25 @@ class SGLang:
                                 f"required for {algo}: without it SGLang drafts with the target model itself and "
                                 f"crashes after loading the weights twice"))
         if algo in TREE:
+            tree = []  # the tree's own problems, reported whatever else is wrong
             for key in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
                 if a.get(key) is None:
-                    issues.append(Issue(key.replace("_", "-"), f"required for {algo} (set steps, topk and draft "
-                                                              f"tokens together)"))
-            issues += _int_at_least(cfg, "speculative_num_steps", 1) + _int_at_least(cfg, "speculative_eagle_topk", 1)
-            issues += _int_at_least(cfg, "speculative_num_draft_tokens", 2)
+                    tree.append(Issue(key.replace("_", "-"), f"required for {algo} (set steps, topk and draft "
+                                                            f"tokens together)"))
+            tree += _int_at_least(cfg, "speculative_num_steps", 1) + _int_at_least(cfg, "speculative_eagle_topk", 1)
+            tree += _int_at_least(cfg, "speculative_num_draft_tokens", 2)
             steps, topk, draft = (a.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk",
                                                       "speculative_num_draft_tokens"))
-            if not all(map(_is_int, (steps, topk, draft))):
-                return issues
-            if not issues and topk == 1 and draft != steps + 1:
-                issues.append(Issue("speculative-num-draft-tokens",
-                                    f"with speculative-eagle-topk 1 it must be speculative-num-steps + 1 = {steps + 1}"
-                                    f", got {draft} (SGLang would silently override it)"))
-            elif not issues and draft > 1 + topk + (steps - 1) * topk * topk:
-                issues.append(Issue("speculative-num-draft-tokens",
-                                    f"{draft} exceeds the {1 + topk + (steps - 1) * topk * topk} tokens a tree of "
-                                    f"{steps} steps x topk {topk} can propose"))
+            if not tree and all(map(_is_int, (steps, topk, draft))):
+                if topk == 1 and draft != steps + 1:
+                    tree.append(Issue("speculative-num-draft-tokens",
+                                      f"with speculative-eagle-topk 1 it must be speculative-num-steps + 1 = "
+                                      f"{steps + 1}, got {draft} (SGLang would silently override it)"))
+                elif draft > 1 + topk + (steps - 1) * topk * topk:
+                    tree.append(Issue("speculative-num-draft-tokens",
+                                      f"{draft} exceeds the {1 + topk + (steps - 1) * topk * topk} tokens a tree "
+                                      f"of {steps} steps x topk {topk} can propose"))
+            issues += tree
         return issues
 
     def _topology_issues(self, cfg: ServerConfig, ctx: HostContext) -> list[Issue]:

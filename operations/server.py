@@ -38,6 +38,22 @@ def resolve(config) -> ServerConfig:
     return cfg
 
 
+def check_inventory(config, hosts) -> ServerConfig:
+    """Validate ``config`` for every host before any operation runs; raises one ConfigError listing every issue
+    (field and host) across the inventory. Uses host data ``gpu_count`` and ``specops_group_size`` when set; the
+    GPU count read from each host is checked again by ``server.running`` itself.
+
+    **Example** (top of a deploy file): ``server.check_inventory(host.data.get("config"), inventory)``
+    """
+    cfg = config if isinstance(config, ServerConfig) else configs.load(str(config))
+    issues = []
+    for h in hosts:
+        issues += validate(cfg, HostContext(h.name, h.data.get("gpu_count"), h.data.get("specops_group_size")))
+    if issues:
+        raise ConfigError(issues)
+    return cfg
+
+
 def _supervisor(name, supervisor, state_dir, python):
     if not NAME.match(name):
         raise ConfigError([configs.Issue("name", f"{name!r}: use letters, digits, '.', '_' or '-'", host.name)])

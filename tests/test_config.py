@@ -120,3 +120,28 @@ def test_python_object_config():
     cfg = ServerConfig(name="py", args={"model_path": "m", "port": 31000})
     assert cfg.port == 31000 and cfg.launcher == ("python3", "-m", "sglang.launch_server")
     assert validate(cfg) == []
+
+
+def test_every_error_is_listed_even_when_several_rules_fail():
+    got = issues({"model-path": "m", "speculative-algorithm": "EAGLE3", "speculative-num-steps": 3,
+                  "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 8, "tp-size": 16, "dtype": "fp7",
+                  "port": 99999}, HostContext("gpu-c", 2))
+    assert len(got) == 5, got
+    assert any("speculative-draft-model-path: required" in g for g in got)
+    assert any("with speculative-eagle-topk 1 it must be speculative-num-steps + 1 = 4, got 8" in g for g in got)
+
+
+def test_inventory_check_lists_errors_for_every_host():
+    from operations.server import check_inventory
+
+    class H:
+        def __init__(self, name, gpus):
+            self.name, self.data = name, {"gpu_count": gpus}
+
+    bad = {**EAGLE3, "tp-size": 4}
+    with pytest.raises(ConfigError) as err:
+        check_inventory(from_mapping(bad, "t"), [H("node-a", 2), H("node-b", 8), H("node-c", 1)])
+    text = str(err.value)
+    assert "2 config error(s)" in text and "[node-a] tp-size" in text and "[node-c] tp-size" in text
+    assert "node-b" not in text
+    assert check_inventory(from_mapping(EAGLE3, "t"), [H("node-a", 1)]).name == "t"
