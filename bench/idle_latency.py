@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -52,7 +53,9 @@ def dead_at(root: Path, timeout: float = 30) -> float:
 
 
 def probe_round_trip(sim: SimHost) -> float:
-    cmd = [sys.executable, "-c", (REPO / "operations" / "probe_gpu.py").read_text()]
+    from operations.remote import python_script
+
+    cmd = shlex.split(python_script(sys.executable, "probe_gpu.py").get_raw_value())
     t0 = time.monotonic()
     subprocess.run(cmd, env=sim.env(), capture_output=True, check=True)
     return time.monotonic() - t0

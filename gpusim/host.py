@@ -20,6 +20,7 @@ class Holder:
     pid: int
     watcher: int
     start: int | None
+    watcher_start: int | None = None
 
     def alive(self) -> bool:
         return self.start is not None and ledger.proc_start_time(self.pid) == self.start
@@ -47,7 +48,8 @@ class SimHost:
 
     def hold(self, gpus, mib: int, **kwargs) -> Holder:
         info = holder.hold(self.root, {g: mib for g in gpus}, **kwargs)
-        h = Holder(info["pid"], info["watcher"], ledger.proc_start_time(info["pid"]))
+        h = Holder(info["pid"], info["watcher"], ledger.proc_start_time(info["pid"]),
+                   ledger.proc_start_time(info["watcher"]))
         self.holders.append(h)
         return h
 
@@ -58,9 +60,7 @@ class SimHost:
         return {g.index: g.used_mib for g in self.snapshot().gpus}
 
     def set_driver(self, loaded: bool) -> None:
-        host = json.loads((self.root / "host.json").read_text())
-        host["driver_loaded"] = loaded
-        ledger.save_host(self.root, host)
+        self.configure(driver_loaded=loaded)
 
     def configure(self, **settings) -> None:
         """Update host.json settings, e.g. server_start_s, accept_length, release_delay_s."""
@@ -89,8 +89,7 @@ class SimHost:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(h.pid, signal.SIGKILL)
         for h in self.holders:
-            cmdline = Path(f"/proc/{h.watcher}/cmdline")
-            with contextlib.suppress(OSError):
-                if b"gpusim" in cmdline.read_bytes():
+            if h.watcher_start is not None and ledger.proc_start_time(h.watcher) == h.watcher_start:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(h.watcher, signal.SIGKILL)
         self.holders.clear()

@@ -40,6 +40,7 @@ DEFAULT_LAUNCHER = {"sglang": ("python3", "-m", "sglang.launch_server"), "vllm":
 VERIFY_KEYS = ("min_accept_length", "ready_timeout_s", "prompt", "stop_grace_s")
 SPECOPS_KEYS = frozenset({"engine", "launcher", "env", "secret_fields", "gpus", "name", *VERIFY_KEYS})
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ class ServerConfig:
     # --- secrets -----------------------------------------------------------------------------------
     def is_secret(self, key: str) -> bool:
         return key in self.secret_fields or key in SECRET_ARGS or (key in self.env and bool(SECRET_ENV.search(key)))
+
+    # an env var that is secret but not passed as a flag still needs exporting from secrets.env
 
     def masked_args(self) -> dict:
         return {k: "<secret>" if self.is_secret(k) and v is not None else v for k, v in self.args.items()}
@@ -160,6 +163,10 @@ def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) 
         args[dest] = _resolve_env_refs(value, str(key), issues, environ)
     env = {str(k): str(_resolve_env_refs(v, f"specops.env.{k}", issues, environ))
            for k, v in (meta.get("env") or {}).items()}
+    issues += [Issue(f"specops.env.{k}", "not a valid environment variable name") for k in env if not _ENV_NAME.match(k)]
+    # a value taken from the controller's environment is treated as secret, whatever its key is called
+    from_env = {engine_for(engine).dest(str(k)) for k, v in data.items() if isinstance(v, str) and _ENV_REF.search(v)}
+    from_env |= {str(k) for k, v in (meta.get("env") or {}).items() if isinstance(v, str) and _ENV_REF.search(v)}
     launcher = meta.get("launcher") or ()
     if isinstance(launcher, str):
         launcher = tuple(launcher.split())
@@ -168,7 +175,7 @@ def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) 
         raise ConfigError(issues)
     return ServerConfig(
         name=str(meta.get("name", name)), engine=engine, args=args, env=env,
-        secret_fields=frozenset(meta.get("secret_fields") or ()), launcher=tuple(launcher),
+        secret_fields=frozenset(meta.get("secret_fields") or ()) | from_env, launcher=tuple(launcher),
         min_accept_length=meta.get("min_accept_length"), ready_timeout_s=float(meta.get("ready_timeout_s", 900)),
         prompt=str(meta.get("prompt", ServerConfig.prompt)), stop_grace_s=float(meta.get("stop_grace_s", 30)),
         gpus=tuple(gpus) if gpus is not None else None, source=source)

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import json
 
-from pyinfra import host, logger, state
+from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 
+from . import report
 from .gpustate import GpuStateFact
 from .idle_converge import Timing, Verdict, blocked_verdict, converge_idle
 from .idle_plan import DEFAULT_PROTECTED, DEFAULT_THRESHOLD_MIB, Selection, plan_idle
@@ -17,24 +18,16 @@ def _python() -> str:
     return host.data.get("specops_python") or "python3"
 
 
-def _log(on_host, message: str, **style) -> None:
-    on_host.log_styled(message, log_func=logger.info, **style)
-
-
-def _print_plan_now() -> bool:
-    # Print in prepare (so --dry shows it) and at execute only when prepare was skipped (-y): never twice.
-    return not state.is_executing or not state.should_check_for_changes()
-
-
 def _fail(message: str) -> FunctionCommand:
     def fail(state, host):  # (state, host) signature: returning False fails this host only
-        host.log_styled(message, fg="red", log_func=logger.error)
+        report.error(host, message)
         return False
 
     return FunctionCommand(fail, (), {})
 
 
-def _tuple(value) -> tuple[str, ...] | None:
+def as_patterns(value) -> tuple[str, ...] | None:
+    """``"root"`` or ``["root", "sglang"]`` -> a tuple of patterns (None stays None)."""
     if value is None:
         return None
     return (value,) if isinstance(value, str) else tuple(value)
@@ -76,7 +69,7 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
         gpu.idle(users=["root", "sglang"], names=["*sglang*", "*vllm*"])
     """
     python = python or _python()
-    sel = Selection(frozenset(gpus) if gpus is not None else None, _tuple(users), _tuple(names) or (),
+    sel = Selection(frozenset(gpus) if gpus is not None else None, as_patterns(users), as_patterns(names) or (),
                     tuple(protected) + tuple(extra_protected), threshold_mib)
     timing = Timing(grace_s, deadline_s, stable_s, poll_s, progress_s)
     current = host.get_fact(GpuStateFact, python=python)
@@ -93,9 +86,9 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
         used = sum(plan.held_mib.values())
         host.noop(f"GPU {','.join(map(str, plan.gpus))} already idle ({used} MiB used, via {current.source})")
         return
-    if _print_plan_now():
+    if report.print_plan_now():
         for line in plan.describe():
-            _log(host, f"gpu.idle plan: {line}")
+            report.log(host, f"gpu.idle plan: {line}")
     if plan.foreign:
         yield _fail(blocked_verdict(plan).text)
         return
@@ -113,11 +106,11 @@ def _converge(state, host, python, sel, plan, timing) -> bool:
         ok, output = host.run_shell_command(python_script(python, "signal_procs.py", signal,
                                                           *(t.spec for t in targets)))
         for line in output.stdout_lines + output.stderr_lines:
-            _log(host, f"gpu.idle: {line}")
+            report.log(host, f"gpu.idle: {line}")
 
-    verdict: Verdict = converge_idle(read, kill, plan, sel, timing, RealClock(), lambda m: _log(host, f"gpu.idle: {m}"))
+    verdict: Verdict = converge_idle(read, kill, plan, sel, timing, RealClock(), lambda m: report.log(host, f"gpu.idle: {m}"))
     if verdict.ok:
-        _log(host, f"gpu.idle: {verdict.text}", fg="green")
+        report.log(host, f"gpu.idle: {verdict.text}", fg="green")
         return True
-    host.log_styled(f"gpu.idle: {verdict.text}", fg="red", log_func=logger.error)
+    report.error(host, f"gpu.idle: {verdict.text}")
     return False

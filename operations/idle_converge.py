@@ -24,6 +24,8 @@ class Timing:
     def __post_init__(self):
         if min(self.grace_s, self.deadline_s, self.stable_s, self.poll_s) < 0 or self.progress_s <= 0:
             raise ValueError(f"timings must be non-negative: {self}")
+        if self.grace_s >= self.deadline_s:  # SIGKILL needs time left to prove the memory was released
+            raise ValueError(f"grace_s ({self.grace_s}) must be shorter than deadline_s ({self.deadline_s})")
 
 
 def _gpus(indices) -> str:

@@ -22,7 +22,12 @@ def comm_matches(comm: str, pattern: str) -> bool:
     return fnmatchcase(comm, pattern) or (len(comm) == 15 and fnmatchcase(comm, pattern[:15]))
 
 
+SYSTEM_UID_MAX = 999  # daemons run as root or a system user; a user's job named "dcgm-exporter" is not one
+
+
 def is_protected(proc: GpuProcess, patterns: tuple[str, ...]) -> bool:
+    if not 0 <= proc.uid <= SYSTEM_UID_MAX:
+        return False
     names = {_base(proc.name), _base(proc.cmdline)} - {""}
     return any(comm_matches(proc.comm, pat) or any(fnmatchcase(n, pat) for n in names) for pat in patterns)
 
@@ -114,12 +119,18 @@ def is_idle(state: GpuState, sel: Selection) -> bool:
     return not unprotected(state, sel) and all(m <= sel.threshold_mib for m in held_mib(state, sel).values())
 
 
-def _signal_group(proc: GpuProcess, state: GpuState, sel: Selection) -> bool:
-    """Signal the whole process group only if every member is ours to stop (same uid, nothing protected)."""
+def _signal_group(proc: GpuProcess, state: GpuState, sel: Selection, targets: set[int]) -> bool:
+    """Signal the whole process group only if every member is ours to stop: same uid, nothing protected, and,
+    when ``names`` restricts what may be stopped, each member a target or matching ``names`` itself."""
     if proc.pgid <= 1 or proc.sid == state.probe_sid or not proc.group:
         return False
-    return all(m.uid == proc.uid and not any(comm_matches(m.comm, pat) for pat in sel.protected)
-               for m in proc.group)
+
+    def ours(m) -> bool:
+        if m.uid != proc.uid or any(comm_matches(m.comm, pat) for pat in sel.protected):
+            return False
+        return m.pid in targets or not sel.names or any(comm_matches(m.comm, pat) for pat in sel.names)
+
+    return all(ours(m) for m in proc.group)
 
 
 def plan_idle(state: GpuState, sel: Selection) -> IdlePlan:
@@ -140,7 +151,8 @@ def plan_idle(state: GpuState, sel: Selection) -> IdlePlan:
     for pid, entries in by_pid.items():
         first = entries[0]
         mibs = [e.used_mib for e in entries]
-        targets.append(Target(pid, first.start, first.pgid if _signal_group(first, state, sel) else 0, first.user,
+        targets.append(Target(pid, first.start, first.pgid if _signal_group(first, state, sel, set(by_pid)) else 0,
+                              first.user,
                               tuple(e.gpu_index for e in entries), None if None in mibs else sum(mibs),
                               first.label))
     return IdlePlan(gpus, tuple(targets), protected, tuple(foreign), held_mib(state, sel), is_idle(state, sel))

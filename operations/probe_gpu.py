@@ -16,6 +16,11 @@ import subprocess
 import sys
 import time
 
+try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
+    from operations.remote_common import masked
+except ImportError:
+    pass
+
 GPU_QUERY = "index,uuid,name,memory.used,memory.total"
 APP_QUERY = "pid,process_name,used_gpu_memory,gpu_uuid"
 NA_VALUES = {"[N/A]", "N/A", "[Not Supported]", "[Insufficient Permissions]", "[Unknown Error]", ""}
@@ -160,7 +165,7 @@ def proc_info(pid):
             comm = fh.read().strip()
     except (OSError, ValueError, IndexError):
         return None
-    info.update(uid=uid, user=user_of(uid), comm=comm, argv=argv)
+    info.update(uid=uid, user=user_of(uid), comm=comm, argv=masked(argv))
     return info
 
 

@@ -41,8 +41,11 @@ def accept_length(server_info: dict | None) -> float | None:
     return float(value) if value is not None else None
 
 
-def judge(cfg: ServerConfig, doc: dict) -> Readiness | None:
-    """A final verdict for this document, or None to keep waiting."""
+LOW_ACCEPT_READINGS = 3  # one short generation is noisy: fail on low accept length only when it persists
+
+
+def judge(cfg: ServerConfig, doc: dict, low_seen: int = LOW_ACCEPT_READINGS - 1) -> Readiness | None:
+    """A final verdict for this document, or None to keep waiting. ``low_seen``: earlier low readings in a row."""
     if doc.get("dead"):
         return Readiness("dead", 0.0, ("the process is gone",), tuple(doc.get("log_tail") or ()))
     if doc.get("health_generate") != 200 or not doc.get("generation_ok"):
@@ -60,6 +63,8 @@ def judge(cfg: ServerConfig, doc: dict) -> Readiness | None:
         if acc is None:
             return None  # not measured yet
         if acc < cfg.min_accept_length:
+            if low_seen + 1 < LOW_ACCEPT_READINGS:
+                return Readiness("low-pending", 0.0, accept_length=acc)
             return Readiness("low-accept", 0.0, (f"avg accept length {acc:.2f} < min_accept_length "
                                                  f"{cfg.min_accept_length}",), accept_length=acc)
     return Readiness("ready", 0.0, accept_length=acc)
@@ -79,8 +84,12 @@ def await_ready(read: Callable[[float], dict], cfg: ServerConfig, clock: Clock, 
     verdicts: list[Readiness | None] = [None]
     next_progress = [progress_s]
 
+    low = [0]
+
     def on_read(doc: dict) -> None:
-        verdicts[0] = judge(cfg, doc)
+        verdict = judge(cfg, doc, low[0])
+        low[0] = low[0] + 1 if verdict is not None and verdict.status == "low-pending" else 0
+        verdicts[0] = None if verdict is not None and verdict.status == "low-pending" else verdict
         if verdicts[0] is None and deadline.elapsed() >= next_progress[0]:
             next_progress[0] = deadline.elapsed() + progress_s
             log(f"waiting for the server: {deadline.elapsed():.0f}s of {cfg.ready_timeout_s:.0f}s, "

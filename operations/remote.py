@@ -11,7 +11,9 @@ def script_text(name: str) -> str:
 
 
 def python_script(python: str, name: str, *args: str) -> StringCommand:
-    return StringCommand(QuoteString(python), "-c", QuoteString(script_text(name)), *map(QuoteString, args))
+    """``python -c <remote_common.py + script> ARGS``: one self-contained program on the host."""
+    program = script_text("remote_common.py") + "\n" + script_text(name)
+    return StringCommand(QuoteString(python), "-c", QuoteString(program), *map(QuoteString, args))
 
 
 def guarded(python: str, command: StringCommand, fallback_stdout: str) -> StringCommand:

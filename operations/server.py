@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from io import StringIO
 
 from pyinfra import host, logger, state
@@ -10,7 +11,7 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringC
 from pyinfra.operations.util.files import generate_color_diff
 
 from . import config as configs
-from . import gpu
+from . import gpu, report
 from .config import ServerConfig
 from .engines import HostContext, validate
 from .errors import ConfigError
@@ -34,7 +35,7 @@ def resolve(config) -> ServerConfig:
     cfg = config if isinstance(config, ServerConfig) else configs.load(str(config))
     launchers = host.data.get("specops_launchers") or {}
     if cfg.engine in launchers and cfg.launcher == configs.DEFAULT_LAUNCHER.get(cfg.engine):
-        cfg = ServerConfig(**{**cfg.__dict__, "launcher": tuple(launchers[cfg.engine])})
+        cfg = replace(cfg, launcher=tuple(launchers[cfg.engine]))
     return cfg
 
 
@@ -47,8 +48,12 @@ def check_inventory(config, hosts) -> ServerConfig:
     """
     cfg = config if isinstance(config, ServerConfig) else configs.load(str(config))
     issues = []
-    for h in hosts:
-        issues += validate(cfg, HostContext(h.name, h.data.get("gpu_count"), h.data.get("specops_group_size")))
+    for h in hosts:  # each host against its own config (host data ``config``), else this one
+        own = h.data.get("config", config)
+        if own in (None, "", "none"):
+            continue
+        own_cfg = cfg if own == config else (own if isinstance(own, ServerConfig) else configs.load(str(own)))
+        issues += validate(own_cfg, HostContext(h.name, h.data.get("gpu_count"), h.data.get("specops_group_size")))
     if issues:
         raise ConfigError(issues)
     return cfg
@@ -61,26 +66,18 @@ def _supervisor(name, supervisor, state_dir, python):
     return supervisor_for(kind, name, state_dir or host.data.get("specops_state_dir") or DEFAULT_STATE_DIR, python)
 
 
-def _log(on_host, message: str, **style) -> None:
-    on_host.log_styled(message, log_func=logger.info, **style)
-
-
-def _print_now() -> bool:
-    return not state.is_executing or not state.should_check_for_changes()
-
-
 def _file_diffs(sup, files, status) -> None:
     current = {sup.path("launch.sh"): status.launch_sh}
     if sup.unit:
         current[files[-1].path] = status.unit_file
     for f in files:
         if f.secret:
-            _log(host, f"    {f.path}: secrets file (mode {f.mode}), content never shown")
+            report.log(host, f"    {f.path}: secrets file (mode {f.mode}), content never shown")
             continue
         old = current.get(f.path)
         if old == f.content:
             continue
-        _log(host, f"    {'Will modify' if old else 'Will create'} {f.path}")
+        report.log(host, f"    {'Will modify' if old else 'Will create'} {f.path}")
         for line in generate_color_diff((old or "").splitlines(), f.content.splitlines()):
             logger.info("      %s", line)
 
@@ -129,26 +126,27 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
     status = host.get_fact(ServerStatusFact, directory=sup.directory, port=cfg.port, unit=sup.unit, python=python)
     changes = drift(cfg, status)
     restart = [c for c in changes if c.restart]
-    healthy = status.alive and status.health == 200 and status.config_hash == cfg.config_hash
+    healthy = (status.alive and status.status == "running" and status.health == 200
+               and status.config_hash == cfg.config_hash)  # "starting": never verified, so verify again
     if healthy and not restart:
         extra = f"; {', '.join(str(c) for c in changes)}" if changes else ""
         host.noop(f"server {server_name} running config {cfg.name} ({cfg.config_hash}), pid {status.pid}, healthy{extra}")
         return
     files = sup.files(cfg)
-    if _print_now():
-        _log(host, f"server.running {server_name}: {_why(cfg, status, healthy)}")
+    if report.print_plan_now():
+        report.log(host, f"server.running {server_name}: {_why(cfg, status, healthy)}")
         for change in changes:
-            _log(host, f"    {change}")
+            report.log(host, f"    {change}")
         if state.config.DIFF:
             _file_diffs(sup, files, status)
         if idle and gpus_now.available and not state.is_executing:  # at execute gpu.idle prints its own plan
-            plan = plan_idle(gpus_now, Selection(frozenset(cfg.gpu_indices()), users))
+            plan = plan_idle(gpus_now, Selection(frozenset(cfg.gpu_indices()), gpu.as_patterns(users)))
             ours = {status.pid} if status.alive else set()
             if ours:
-                _log(host, f"    stop server {server_name} (pid {status.pid}) through its supervisor")
+                report.log(host, f"    stop server {server_name} (pid {status.pid}) through its supervisor")
             for line in plan.describe():
                 if not any(f"pid {pid} " in line for pid in ours):
-                    _log(host, f"    gpu.idle plan: {line}")
+                    report.log(host, f"    gpu.idle plan: {line}")
     yield StringCommand("mkdir", "-p", QuoteString(sup.directory), "&&", "chmod", "700", QuoteString(sup.directory))
     if status.alive:
         yield from sup.stop(cfg.stop_grace_s)
@@ -186,9 +184,9 @@ def _await_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: f
         except ValueError:
             return {"dead": False, "health_generate": None, "generated": f"server_ctl: {out.stderr_lines[-3:]}"}
 
-    verdict = await_ready(read, cfg, RealClock(), lambda m: _log(host, f"server.running: {m}"), progress_s)
+    verdict = await_ready(read, cfg, RealClock(), lambda m: report.log(host, f"server.running: {m}"), progress_s)
     if verdict.ok:
-        _log(host, f"server.running: {verdict.text}", fg="green")
+        report.log(host, f"server.running: {verdict.text}", fg="green")
         return True
     if verdict.status != "dead":  # leave nothing half-started holding the GPUs
         host.run_shell_command(sup.stop(cfg.stop_grace_s)[0])
@@ -197,7 +195,7 @@ def _await_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: f
         lines += ["  last lines of the server log:"] + [f"    {line}" for line in verdict.log_tail]
     lines += ["  GPU processes now:"] + [f"    {line}" for line in process_table(
         host.get_fact(GpuStateFact, python=python))]
-    host.log_styled("\n".join(lines), fg="red", log_func=logger.error)
+    report.error(host, "\n".join(lines))
     return False
 
 

@@ -14,12 +14,18 @@ read the API key from secrets.env themselves.
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+
+try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
+    from operations.remote_common import masked
+except ImportError:
+    pass
 
 LOG_TAIL = 40
 
@@ -64,10 +70,7 @@ def secret(d, name):
     for line in (read(os.path.join(d, "secrets.env"), "") or "").splitlines():
         key, _, value = line.partition("=")
         if key.strip() == name:
-            value = value.strip()
-            if len(value) >= 2 and value[0] == value[-1] == "'":
-                value = value[1:-1].replace("'\\''", "'")
-            return value
+            return shlex.split(value)[0] if value.strip() else ""
     return None
 
 
@@ -148,7 +151,7 @@ def listener(port):
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
             if any(os.readlink(f"/proc/{pid}/fd/{fd}") in {f"socket:[{i}]" for i in inodes} for fd in fds):
-                cmd = (read(f"/proc/{pid}/cmdline", "") or "").replace("\0", " ").strip()
+                cmd = " ".join(masked((read(f"/proc/{pid}/cmdline", "") or "").split("\0"))).strip()
                 return f"pid {pid} ({cmd[:160]})"
         except OSError:
             continue
@@ -200,40 +203,48 @@ def cmd_stop(d, grace, unit=None):
     if unit:
         subprocess.run(["systemctl", "stop", unit], check=False)
     elif out["was"]:
-        os.killpg(state["pgid"], signal.SIGTERM)
-        out["signal"] = "TERM"
-        end = time.monotonic() + grace
-        while alive(state) and time.monotonic() < end:
-            time.sleep(0.02)
-        if alive(state):
-            os.killpg(state["pgid"], signal.SIGKILL)
-            out["signal"] = "KILL"
-            while alive(state):
+        for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(state["pgid"], sig)
+            except ProcessLookupError:
+                break  # the group is gone already
+            out["signal"] = sig.name[3:]
+            end = time.monotonic() + wait_s
+            while alive(state) and time.monotonic() < end:
                 time.sleep(0.02)
+            if not alive(state):
+                break
+        if alive(state):  # e.g. stuck in the driver (D state): say so rather than hang
+            out["survivor"] = state["pid"]
     if state:
         save_state(d, {**state, "status": "stopped", "stopped_at": time.time()})
     return out
 
 
-def probe_ready(d, port, opts):
-    """One look: is the server up, does it generate, what does it say about itself?"""
+def probe_ready(d, port, opts, end):
+    """One look: is the server up, does it generate, what does it say about itself? (Each request's timeout
+    ends by ``end``, so a hung server cannot stretch the caller's deadline.)"""
+    def left(cap):
+        return max(0.2, min(cap, end - time.monotonic()))
+
     doc = {"health_generate": None, "generated": None, "server_info": None}
     health = "/health" if opts.get("engine") == "vllm" else "/health_generate"  # vLLM has no health_generate
-    code, _ = http(d, port, health, timeout=5.0)
+    code, _ = http(d, port, health, timeout=left(5.0))
     doc["health_generate"] = code
     if code != 200:
         return doc
     if opts.get("engine") == "vllm":
         code, out = http(d, port, "/v1/completions", {"model": opts.get("model"), "prompt": opts["prompt"],
-                                                      "max_tokens": 8, "temperature": 0}, timeout=60)
+                                                      "max_tokens": 8, "temperature": 0}, timeout=left(60))
         text = out["choices"][0]["text"] if code == 200 and isinstance(out, dict) else None
     else:
         code, out = http(d, port, "/generate", {"text": opts["prompt"],
-                                                "sampling_params": {"max_new_tokens": 8, "temperature": 0}}, timeout=60)
+                                                "sampling_params": {"max_new_tokens": 8, "temperature": 0}},
+                         timeout=left(60))
         text = out.get("text") if code == 200 and isinstance(out, dict) else None
     doc["generated"] = text if text else f"generation failed: HTTP {code}: {str(out)[:200]}"
     doc["generation_ok"] = bool(text)
-    info_code, info = http(d, port, "/get_server_info")
+    info_code, info = http(d, port, "/get_server_info", timeout=left(2.0))
     doc["server_info"] = strip_secrets(info) if info_code == 200 and isinstance(info, dict) else None
     return doc
 
@@ -247,7 +258,7 @@ def cmd_wait(d, port, opts):
             if state.get("status") in ("starting", "running"):
                 save_state(d, {**state, "status": "failed", "failed_at": time.time()})
             return {"dead": True, "log_tail": log_tail(d), "state": state, "waited_s": time.monotonic() - t0}
-        doc = probe_ready(d, port, opts)
+        doc = probe_ready(d, port, opts, end)
         if doc.get("generation_ok"):
             if state.get("status") == "starting":
                 save_state(d, {**state, "status": "running"})

@@ -26,12 +26,12 @@ def main(argv):
             print(f"{argv[0]} pid {pid}: already gone")
             continue
         try:
-            if pgid:
+            if pgid and os.getpgid(pid) == pgid:  # still in the group the plan approved
                 os.killpg(pgid, sig)
                 print(f"{argv[0]} process group {pgid} (pid {pid})")
             else:
                 os.kill(pid, sig)
-                print(f"{argv[0]} pid {pid}")
+                print(f"{argv[0]} pid {pid}" + (" (left its process group: pid only)" if pgid else ""))
         except ProcessLookupError:
             print(f"{argv[0]} pid {pid}: already gone")
         except PermissionError as exc:

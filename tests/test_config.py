@@ -145,3 +145,20 @@ def test_inventory_check_lists_errors_for_every_host():
     assert "2 config error(s)" in text and "[node-a] tp-size" in text and "[node-c] tp-size" in text
     assert "node-b" not in text
     assert check_inventory(from_mapping(EAGLE3, "t"), [H("node-a", 1)]).name == "t"
+
+
+def test_env_names_validated_and_env_sourced_values_secret():
+    with pytest.raises(ConfigError, match="specops.env.A=1; curl x: not a valid environment variable name"):
+        from_mapping({"model-path": "m", "specops": {"env": {"A=1; curl x": "v"}}}, "t")
+    cfg = from_mapping({"model-path": "m", "chat-template": "${TPL}", "specops": {"env": {"HF_HUB_AUTH": "${T}"}}},
+                       "t", environ={"T": "hf_x", "TPL": "t"})
+    assert cfg.is_secret("HF_HUB_AUTH") and cfg.is_secret("chat_template")
+
+
+def test_secret_with_quote_round_trips_through_secrets_env(tmp_path):
+    from operations.server_ctl import secret
+    from operations.supervisors import secrets_env
+
+    cfg = from_mapping({"model-path": "m", "api-key": "a'b\"c $d"}, "t")
+    (tmp_path / "secrets.env").write_text(secrets_env(cfg))
+    assert secret(str(tmp_path), "SPECOPS_SECRET_API_KEY") == "a'b\"c $d"

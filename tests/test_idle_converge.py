@@ -180,3 +180,8 @@ def test_grace_is_a_minimum_even_with_slow_reads():
     (line,) = [line for line in logs if "ignored SIGTERM" in line]
     assert float(line.split("ignored SIGTERM for ")[1].split("s")[0]) >= 1.0
     assert verdict.ok
+
+
+def test_grace_must_leave_time_before_the_deadline():
+    with pytest.raises(ValueError, match="grace_s .60.0. must be shorter than deadline_s .60.0."):
+        Timing(grace_s=60.0, deadline_s=60.0)

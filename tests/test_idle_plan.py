@@ -81,3 +81,16 @@ def test_na_memory_under_mig():
 def test_protected_matches_truncated_comm_alone():
     s = state((300,), proc(5, 0, 300, name="nvidia-persiste", cmdline=""))
     assert plan_idle(s, Selection()).idle
+
+
+def test_group_with_names_only_when_every_member_matches():
+    group = (GroupMember(20, 0, "python3"), GroupMember(21, 0, "bench.sh"), GroupMember(22, 0, "tee"))
+    s = state((10,), proc(20, 0, 10, cmdline="python3 -m sglang.launch_server", group=group))
+    assert plan_idle(s, Selection(names=("*sglang*",))).targets[0].pgid == 0  # bench.sh and tee are not ours
+    assert plan_idle(s, Selection()).targets[0].pgid == 20  # no names: the whole job of this user
+
+
+def test_protected_name_does_not_protect_a_users_job():
+    s = state((70000,), proc(8, 0, 70000, user="alice", uid=1000, name="dcgm-exporter"), user="alice")
+    plan = plan_idle(s, Selection(users=("alice",)))
+    assert not plan.idle and [t.pid for t in plan.targets] == [8]

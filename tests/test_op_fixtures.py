@@ -55,7 +55,8 @@ def serialise(command, host):
     assert isinstance(command, StringCommand)
     raw = command.get_raw_value()
     for name in ("signal_procs.py", "probe_gpu.py"):
-        raw = raw.replace(shlex.quote(script_text(name)), f"<{name}>")
+        program = script_text("remote_common.py") + "\n" + script_text(name)
+        raw = raw.replace(shlex.quote(program), f"<{name}>")
     return raw
 
 

@@ -97,3 +97,12 @@ def test_wait_condition_on_the_host():
     assert satisfied(_sample([500, 9000], [(5, 0), (6, 1)]), idle)  # 500-300 <= 256; GPU 1 not chosen
     assert not satisfied(_sample([600, 0], [(5, 0)]), idle)
     assert not satisfied(_sample([300, 0], [(5, 0), (7, 0)]), idle)
+
+
+def test_secret_flag_values_are_masked_in_reported_cmdlines():
+    from operations.remote_common import masked
+
+    argv = ["python3", "-m", "sglang.launch_server", "--api-key", "sk-1", "--hf-token=hf_2", "--port", "30000",
+            "--admin-api-key", "adm"]
+    assert masked(argv) == ["python3", "-m", "sglang.launch_server", "--api-key", "<secret>",
+                            "--hf-token=<secret>", "--port", "30000", "--admin-api-key", "<secret>"]
