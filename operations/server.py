@@ -23,6 +23,7 @@ from .supervisors import supervisor_for
 from .waiting import RealClock
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./-]*$")
 DEFAULT_STATE_DIR = "/var/lib/specops"
 
 
@@ -63,7 +64,11 @@ def _supervisor(name, supervisor, state_dir, python):
     if not NAME.match(name):
         raise ConfigError([configs.Issue("name", f"{name!r}: use letters, digits, '.', '_' or '-'", host.name)])
     kind = supervisor or host.data.get("specops_supervisor") or "process"
-    return supervisor_for(kind, name, state_dir or host.data.get("specops_state_dir") or DEFAULT_STATE_DIR, python)
+    state_dir = state_dir or host.data.get("specops_state_dir") or DEFAULT_STATE_DIR
+    if not SAFE_PATH.match(state_dir):  # it is written into systemd units, which have their own quoting rules
+        raise ConfigError([configs.Issue("state_dir", f"{state_dir!r}: use an absolute path of letters, digits "
+                                                      f"and / . _ - only", host.name)])
+    return supervisor_for(kind, name, state_dir, python)
 
 
 def _file_diffs(sup, files, status) -> None:
