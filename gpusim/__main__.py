@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from . import holder, ledger
+from .host import SimHost
 from .tools import host_env, install_tools
 
 def _gpu_list(text: str) -> list[int]:
@@ -72,9 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "reset":
         print(f"released {ledger.release_all(root)} allocation(s)")
     elif a.cmd == "driver":
-        host = json.loads((root / "host.json").read_text())
-        host["driver_loaded"] = a.state == "load"
-        ledger.save_host(root, host)
+        SimHost(root).set_driver(a.state == "load")
     elif a.cmd == "env":
         env = host_env(root)
         print(f"export PATH={shlex.quote(env['PATH'])}:\"$PATH\"")

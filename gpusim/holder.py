@@ -13,7 +13,6 @@ import os
 import pwd
 import signal
 import sys
-import time
 from pathlib import Path
 
 from . import ledger
@@ -95,11 +94,7 @@ def _watch(root, w, mib_by_gpu, name, on_term, user, stuck, release_delay_s) -> 
     os.close(go_w)
     os.close(w)
     os.waitpid(child, 0)
-    ledger.mark_dead(path, time.time())
-    if not stuck:
-        host_delay = ledger.load_host(root)["release_delay_s"]
-        time.sleep(host_delay if release_delay_s is None else release_delay_s)
-        ledger.snapshot(root)  # reading past the delay frees the entry
+    ledger.release_after_death(root, path)
     os._exit(0)
 
 

@@ -178,6 +178,20 @@ def mark_dead(path: str, when: float) -> None:
             _atomic_write(path, entry)
 
 
+def release_after_death(root, path: str) -> None:
+    """The holder of ``path`` just died: record when, wait out its release delay (never, if stuck), then free it."""
+    mark_dead(path, time.time())
+    try:
+        entry = json.loads(_read(path))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return
+    if entry.get("stuck"):
+        return
+    delay = entry.get("release_delay_s")
+    time.sleep(load_host(root)["release_delay_s"] if delay is None else delay)
+    snapshot(root)  # reading past the delay frees the entry
+
+
 def snapshot(root, now: float | None = None) -> Snapshot:
     """What the driver reports right now: used memory per GPU and live compute processes."""
     host = load_host(root)

@@ -126,7 +126,7 @@ def main(argv: list[str], out=sys.stdout, err=sys.stderr) -> int:
         return 9
     opts = _parse_args(argv)
     if "unknown" in opts:
-        err.write(f"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n")
+        err.write("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n")
         return 2
     if not snap.gpus:
         out.write("No devices were found\n")

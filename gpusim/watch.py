@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import select
-import time
 
 from . import ledger
 from .holder import set_comm
@@ -38,10 +37,6 @@ def watch(root: str, pid: int) -> int:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         poller.poll()
-        path = os.path.join(root, "ledger", f"{pid}-{start}.json")
-        ledger.mark_dead(path, time.time())
-        if os.path.exists(path):
-            time.sleep(ledger.load_host(root)["release_delay_s"])
-            ledger.snapshot(root)
+        ledger.release_after_death(root, os.path.join(root, "ledger", f"{pid}-{start}.json"))
     finally:
         os._exit(0)

@@ -10,12 +10,8 @@ from . import report
 from .gpustate import GpuStateFact
 from .idle_converge import Timing, Verdict, blocked_verdict, converge_idle
 from .idle_plan import DEFAULT_PROTECTED, DEFAULT_THRESHOLD_MIB, Selection, plan_idle
-from .remote import python_script
+from .remote import host_python, python_script
 from .waiting import RealClock
-
-
-def _python() -> str:
-    return host.data.get("specops_python") or "python3"
 
 
 def _fail(message: str) -> FunctionCommand:
@@ -68,7 +64,7 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
         gpu.idle(name="Free GPUs 0-3 for the server", gpus=[0, 1, 2, 3], grace_s=20)
         gpu.idle(users=["root", "sglang"], names=["*sglang*", "*vllm*"])
     """
-    python = python or _python()
+    python = host_python(python)
     sel = Selection(frozenset(gpus) if gpus is not None else None, as_patterns(users), as_patterns(names) or (),
                     tuple(protected) + tuple(extra_protected), threshold_mib)
     timing = Timing(grace_s, deadline_s, stable_s, poll_s, progress_s)

@@ -17,7 +17,7 @@ import sys
 import time
 
 try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
-    from operations.remote_common import masked
+    from operations.remote_common import StableWindow, masked, proc_stat
 except ImportError:
     pass
 
@@ -120,17 +120,11 @@ def satisfied(doc, cond):
 
 def wait(sample, doc, cond):
     end = time.monotonic() + cond["budget_s"]
-    need = 2 if cond.get("idle") else 1
-    since, hits, cost = None, 0, 0.0
+    window = StableWindow(cond.get("stable_s", 0), need=2 if cond.get("idle") else 1)
+    cost = 0.0
     while True:
-        now = time.monotonic()
-        if satisfied(doc, cond):
-            since = now if since is None else since
-            hits += 1
-            if hits >= need and now - since >= cond.get("stable_s", 0):
-                return doc, True
-        else:
-            since, hits = None, 0
+        if window.update(satisfied(doc, cond), time.monotonic()):
+            return doc, True
         pause = cond.get("interval_s", 0.02)
         if time.monotonic() + pause + cost > end:
             return doc, False
@@ -148,16 +142,11 @@ def user_of(uid):
         return str(uid)
 
 
-def stat_of(pid):
-    with open(f"/proc/{pid}/stat") as fh:
-        stat = fh.read()
-    rest = stat[stat.rindex(")") + 2:].split()
-    return {"state": rest[0], "ppid": int(rest[1]), "pgid": int(rest[2]), "sid": int(rest[3]), "start": int(rest[19])}
-
-
 def proc_info(pid):
     try:
-        info = stat_of(pid)
+        info = proc_stat(pid)
+        if info is None:
+            return None
         uid = os.stat(f"/proc/{pid}").st_uid
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             argv = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
@@ -177,8 +166,8 @@ def group_members(pgids):
         if not entry.isdigit():
             continue
         try:
-            st = stat_of(int(entry))
-            if str(st["pgid"]) not in members:
+            st = proc_stat(int(entry))
+            if st is None or str(st["pgid"]) not in members:
                 continue
             uid = os.stat(f"/proc/{entry}").st_uid
             with open(f"/proc/{entry}/comm") as fh:
@@ -208,7 +197,7 @@ def main(argv):
             doc.update(sampled, settled=settled, waited_s=round(time.monotonic() - t0, 4))
         break
     doc["errors"] = errors
-    me = stat_of(os.getpid())
+    me = proc_stat(os.getpid())
     doc["me"] = {"uid": os.getuid(), "user": user_of(os.getuid()), "pid": os.getpid(), "sid": me["sid"],
                  "pgid": me["pgid"]}
     if doc["source"] != "none":

@@ -5,7 +5,7 @@ logic and its verdicts are tested with a synthetic clock and scripted documents.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from .config import ServerConfig

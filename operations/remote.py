@@ -6,6 +6,13 @@ from importlib import resources
 from pyinfra.api import QuoteString, StringCommand
 
 
+def host_python(python: str | None = None) -> str:
+    """The interpreter on the host for our scripts: the argument, else host data ``specops_python``, else python3."""
+    from pyinfra import host
+
+    return python or host.data.get("specops_python") or "python3"
+
+
 def script_text(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text()
 

@@ -2,6 +2,40 @@
 ahead of each script, so on the host they are one self-contained program; locally, scripts import it."""
 import re
 
+
+def proc_stat(pid):
+    """state, ppid, pgid, sid and start time (clock ticks) of a PID from /proc, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    rest = stat[stat.rindex(")") + 2:].split()  # comm may contain spaces and parentheses
+    return {"state": rest[0], "ppid": int(rest[1]), "pgid": int(rest[2]), "sid": int(rest[3]), "start": int(rest[19])}
+
+
+def start_time(pid):
+    """Start time of a live, non-zombie PID (what guards every signal against PID reuse); None otherwise."""
+    st = proc_stat(pid)
+    return None if st is None or st["state"] in ("Z", "X") else st["start"]
+
+
+class StableWindow:
+    """True once a condition has held for ``window`` seconds over at least ``need`` consecutive readings."""
+
+    def __init__(self, window, need=2):
+        self.window, self.need = window, need
+        self.since, self.readings = None, 0
+
+    def update(self, ok, now):
+        if not ok:
+            self.since, self.readings = None, 0
+            return False
+        if self.since is None:
+            self.since = now
+        self.readings += 1
+        return self.readings >= self.need and now - self.since >= self.window
+
 SECRET_FLAG = re.compile(r"^--?[\w-]*(api[-_]?key|token|secret|password)[\w-]*$", re.I)
 
 

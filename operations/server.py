@@ -18,6 +18,7 @@ from .errors import ConfigError
 from .gpustate import GpuStateFact, process_table
 from .idle_plan import Selection, plan_idle
 from .readiness import await_ready
+from .remote import host_python
 from .serverstate import ServerStatusFact, drift, recorded_view
 from .supervisors import supervisor_for
 from .waiting import RealClock
@@ -25,10 +26,6 @@ from .waiting import RealClock
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./-]*$")
 DEFAULT_STATE_DIR = "/var/lib/specops"
-
-
-def _python(python):
-    return python or host.data.get("specops_python") or "python3"
 
 
 def resolve(config) -> ServerConfig:
@@ -119,7 +116,7 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
         server.running(name="Llama EAGLE-3", config=host.data.get("config", "eagle3-llama3.1-8b"))
         server.running(name="baseline on GPUs 4-7", server_name="base", config=baseline_config)
     """
-    python = _python(python)
+    python = host_python(python)
     cfg = resolve(config)
     sup = _supervisor(server_name, supervisor, state_dir, python)
     gpus_now = host.get_fact(GpuStateFact, python=python)
@@ -220,7 +217,7 @@ def stopped(server_name: str = "llm", port: int = 30000, supervisor: str | None 
 
         server.stopped(server_name="llm")
     """
-    python = _python(python)
+    python = host_python(python)
     sup = _supervisor(server_name, supervisor, state_dir, python)
     status = host.get_fact(ServerStatusFact, directory=sup.directory, port=port, unit=sup.unit, python=python)
     if not status.alive:

@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 
 try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
-    from operations.remote_common import masked
+    from operations.remote_common import masked, start_time
 except ImportError:
     pass
 
@@ -36,14 +36,6 @@ def read(path, default=None):
             return fh.read()
     except OSError:
         return default
-
-
-def start_time(pid):
-    stat = read(f"/proc/{pid}/stat")
-    if not stat:
-        return None
-    rest = stat[stat.rindex(")") + 2:].split()
-    return None if rest[0] in ("Z", "X") else int(rest[19])
 
 
 def load_state(d):

@@ -8,13 +8,10 @@ import signal
 import sys
 
 
-def start_time(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[19])
+try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
+    from operations.remote_common import start_time
+except ImportError:
+    pass
 
 
 def main(argv):

@@ -7,6 +7,8 @@ from typing import Callable, Generic, Protocol, TypeVar
 
 import tenacity
 
+from .remote_common import StableWindow
+
 T = TypeVar("T")
 
 
@@ -42,21 +44,15 @@ class Deadline:
 
 
 class Stable:
-    """True once a condition has held for ``window`` seconds over at least two consecutive readings."""
+    """True once a condition has held for ``window`` seconds over at least two consecutive readings (the same
+    rule the probe applies on the host)."""
 
     def __init__(self, clock: Clock, window: float):
-        self.clock, self.window = clock, window
-        self.since: float | None = None
-        self.readings = 0
+        self.clock = clock
+        self.window = StableWindow(window, need=2)
 
     def update(self, ok: bool) -> bool:
-        if not ok:
-            self.since, self.readings = None, 0
-            return False
-        if self.since is None:
-            self.since = self.clock.now()
-        self.readings += 1
-        return self.readings >= 2 and self.clock.now() - self.since >= self.window
+        return self.window.update(ok, self.clock.now())
 
 
 @dataclass

@@ -1,5 +1,4 @@
 """gpu.idle end to end: the real pyinfra CLI, deploy.py and inventory/sim.py against a simulated host."""
-import os
 import re
 
 from conftest import needs_root, run_pyinfra as _run_pyinfra
@@ -22,7 +21,7 @@ def test_busy_gpus_converge_then_rerun_is_noop(sim):
     h = sim.hold([0, 1], 70000)
     run = run_pyinfra(sim)
     assert run.rc == 0, run
-    assert f"idle: GPU 0,1,2,3 idle after" in run.out and f"pid {h.pid} stopped by SIGTERM" in run.out, run
+    assert "idle: GPU 0,1,2,3 idle after" in run.out and f"pid {h.pid} stopped by SIGTERM" in run.out, run
     assert not h.alive() and sim.used_mib() == {0: 0, 1: 0, 2: 0, 3: 0}
     again = run_pyinfra(sim, "-v")
     assert again.rc == 0 and "already idle" in again.out, again

@@ -2,7 +2,6 @@
 kept out of the script and the unit, systemd unit and commands."""
 import json
 import os
-import stat
 import subprocess
 import sys
 

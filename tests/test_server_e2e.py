@@ -1,5 +1,4 @@
 """server.running end to end: pyinfra CLI, deploy.py, inventory/sim.py and the SGLang-API stand-in."""
-import json
 import os
 import re
 import signal
