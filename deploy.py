@@ -6,11 +6,12 @@
     pyinfra -y inventory/sim.py deploy.py --data config=none                # only: every GPU idle
 
 Host data (or --data): ``config`` (name in configs/, a path, or ``none``), ``gpus`` (for config=none),
-``grace_s``, ``deadline_s``, ``users``, ``force`` (start without gpu.idle first).
+``grace_s``, ``deadline_s``, ``users``, ``force`` (start without gpu.idle first); hosts with ``specops_group``
+serve one model together (``multinode.running``), the others each run their own (``server.running``).
 """
 from pyinfra import host, inventory
 
-from operations import gpu, server
+from operations import gpu, multinode, server
 
 
 def _indices(value):
@@ -30,11 +31,14 @@ if config in (None, "", "none"):
     )
 else:
     server.check_inventory(config, inventory)  # every host's config errors at once, before anything runs
-    server.running(
-        name=f"server running with config {config}",
+    options = dict(
         config=config,
         users=host.data.get("users"),
         grace_s=float(host.data.get("grace_s", 10)),
         idle_deadline_s=float(host.data.get("deadline_s", 120)),
         idle=not host.data.get("force", False),  # force=true: start without making the GPUs idle first
     )
+    if host.data.get("specops_group"):
+        multinode.running(**options)
+    else:
+        server.running(name=f"server running with config {config}", **options)

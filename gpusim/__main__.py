@@ -7,6 +7,8 @@
     python -m gpusim reset DIR       # free every allocation (the simulator's GPU reset)
     python -m gpusim driver DIR load|unload
     python -m gpusim env DIR         # shell exports that make this host's GPUs visible
+    python -m gpusim cluster up DIR [--hosts 3] [--gpus 4] [--server-start 1] [--release-delay 0.5]   # root
+    python -m gpusim cluster down DIR
 
 ``init`` writes DIR/bin/nvidia-smi and DIR/bin/gpusim-snapshot (bound to DIR and this Python) and, unless
 --no-nvml, builds DIR/lib/libnvidia-ml.so.1 with gcc. Put DIR/bin first on PATH and DIR/lib on LD_LIBRARY_PATH.
@@ -54,7 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("root", type=Path)
     d.add_argument("state", choices=("load", "unload"))
     sub.add_parser("env").add_argument("root", type=Path)
+    c = sub.add_parser("cluster", help="K simulated hosts in network namespaces, each with sshd (needs root)")
+    c.add_argument("action", choices=("up", "down"))
+    c.add_argument("root", type=Path)
+    c.add_argument("--hosts", type=int, default=3)
+    c.add_argument("--gpus", type=int, default=4)
+    c.add_argument("--server-start", type=float, default=1.0, help="the stand-in server's load time (s)")
+    c.add_argument("--release-delay", type=float, default=0.5)
     a = p.parse_args(argv)
+    if a.cmd == "cluster":
+        return _cluster(a)
     root = a.root.resolve()
     if a.cmd == "init":
         ledger.init_host(root, a.gpus, a.mib, a.name, a.release_delay, tuple(a.mig), a.base_mib)
@@ -78,6 +89,27 @@ def main(argv: list[str] | None = None) -> int:
         env = host_env(root)
         print(f"export PATH={shlex.quote(env['PATH'])}:\"$PATH\"")
         print(f"export LD_LIBRARY_PATH={shlex.quote(env['LD_LIBRARY_PATH'])}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}")
+    return 0
+
+
+def _cluster(a) -> int:
+    from .cluster import ClusterError, SimCluster
+
+    root = a.root.resolve()
+    try:
+        if a.action == "up":
+            cluster = SimCluster.up(root, a.hosts, a.gpus, server_start_s=a.server_start,
+                                    release_delay_s=a.release_delay)
+            print(f"{len(cluster.nodes)} simulated hosts up: {', '.join(n.address for n in cluster.nodes)} "
+                  f"({cluster.gpus} GPUs each); inventory: SPECOPS_CLUSTER={root / 'cluster.json'} "
+                  f"pyinfra inventory/cluster_sim.py ...")
+        else:
+            problems = SimCluster.load(root).down()
+            print("\n".join(problems) or "cluster down: every host stopped, namespaces and bridge removed")
+            return 1 if problems else 0
+    except (ClusterError, FileNotFoundError) as exc:
+        print(f"gpusim cluster: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

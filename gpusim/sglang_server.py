@@ -6,6 +6,13 @@ failure), serves /health (503 until ready), /health_generate, /get_server_info (
 internal_states[0].avg_spec_accept_length), /get_model_info, /generate, /v1/completions and /metrics, drains
 and exits on SIGTERM; its memory is freed after the driver's release delay.
 
+Multi-node (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``): rank 0 listens at dist-init-addr and is
+ready only when all N-1 other ranks have joined; ranks > 0 serve no HTTP (as in SGLang), load, join rank 0
+(retrying until it listens) and die when it goes away; rank 0 dies when a joined rank goes away (a NCCL error).
+
+Every launch, ready, SIGTERM and exit is appended to DIR/timeline.jsonl (wall-clock time), for tests that check
+how many hosts of a cluster were down at once.
+
 Host settings (DIR/host.json): ``server_start_s`` (default 1.0), ``accept_length`` (override the model below).
 """
 from __future__ import annotations
@@ -14,6 +21,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -67,6 +75,10 @@ class Server:
         self.lock = threading.Lock()
         self.accept = accept_length(args, self.host)
         self.generated = 0
+        self.joined: set[int] = set()
+        self.all_joined = threading.Event()
+        if args.nnodes <= 1:
+            self.all_joined.set()
 
     def gpus(self) -> list[int]:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -95,8 +107,57 @@ class Server:
                 f"steps={self.args.speculative_num_steps} topk={self.args.speculative_eagle_topk} "
                 f"draft_tokens={self.args.speculative_num_draft_tokens}")
         time.sleep(t / 2)
+        if self.args.node_rank > 0:
+            return self.join_leader()
+        if not self.all_joined.is_set():
+            log(f"waiting for {self.args.nnodes - 1} rank(s) to join at {self.args.dist_init_addr}")
+        self.all_joined.wait()
         self.ready = True
+        timeline("ready", self.args)
         log("The server is fired up and ready to roll!")
+
+    # --- multi-node: a TCP rendezvous standing in for torch.distributed's store at dist-init-addr --------
+    def rendezvous(self) -> None:
+        host, port = self.args.dist_init_addr.rsplit(":", 1)
+        sock = socket.create_server((host, int(port)))
+        while True:
+            conn, peer = sock.accept()
+            threading.Thread(target=self._member, args=(conn, peer), daemon=True).start()
+
+    def _member(self, conn, peer) -> None:
+        line = conn.makefile().readline().split()
+        rank = int(line[1]) if len(line) == 2 and line[0] == "rank" and line[1].isdigit() else None
+        if rank is None:
+            conn.close()
+            return
+        with self.lock:
+            self.joined.add(rank)
+            if len(self.joined) >= self.args.nnodes - 1:
+                self.all_joined.set()
+        log(f"rank {rank} joined from {peer[0]} ({len(self.joined)}/{self.args.nnodes - 1})")
+        while conn.recv(64):
+            pass
+        if not self.draining:
+            die(f"RuntimeError: NCCL communicator was aborted: rank {rank} ({peer[0]}) went away")
+
+    def join_leader(self) -> None:
+        host, port = self.args.dist_init_addr.rsplit(":", 1)
+        log(f"rank {self.args.node_rank}: joining rank 0 at {self.args.dist_init_addr}")
+        while True:
+            try:
+                conn = socket.create_connection((host, int(port)), timeout=1.0)
+                break
+            except OSError:
+                time.sleep(0.1)
+        conn.settimeout(None)
+        conn.sendall(f"rank {self.args.node_rank}\n".encode())
+        self.ready = True
+        timeline("ready", self.args)
+        log(f"rank {self.args.node_rank}: joined; serving as a worker node (no HTTP server on ranks > 0)")
+        while conn.recv(64):
+            pass
+        if not self.draining:
+            die("RuntimeError: NCCL communicator was aborted: lost connection to rank 0")
 
     def server_info(self) -> dict:
         info = {k: v for k, v in vars(self.args).items()}
@@ -127,11 +188,27 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {message}", flush=True)
 
 
+def timeline(event: str, args) -> None:
+    line = json.dumps({"t": time.time(), "event": event, "pid": os.getpid(), "port": args.port,
+                       "rank": args.node_rank}) + "\n"
+    fd = os.open(os.path.join(os.environ.get("GPUSIM_ROOT", "."), "timeline.jsonl"),
+                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+_ARGS = None  # the running server's args, for die()'s timeline entry
+
+
 def die(message: str) -> None:
     print("Traceback (most recent call last):\n  File \"sglang/srt/model_executor/model_runner.py\", line 312, "
           "in load_model", flush=True)
     print(message, flush=True)
     log("Received sigquit from a child process. It usually means the child failed.")
+    if _ARGS is not None:
+        timeline("exit", _ARGS)
     os._exit(1)
 
 
@@ -195,25 +272,39 @@ def handler_for(server: Server):
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    global _ARGS
+    args = _ARGS = build_parser().parse_args(argv)
     root = os.environ["GPUSIM_ROOT"]
     server = Server(args, root)
     watch(root, os.getpid())
-    httpd = ThreadingHTTPServer((args.host, args.port), handler_for(server))
-    httpd.daemon_threads = True
+    timeline("launch", args)
+    stop = threading.Event()
+    httpd = None
+    if args.node_rank == 0:
+        httpd = ThreadingHTTPServer((args.host, args.port), handler_for(server))
+        httpd.daemon_threads = True
+        if args.nnodes > 1:
+            threading.Thread(target=server.rendezvous, daemon=True).start()
 
     def on_term(signum, frame):
         server.draining = True
+        timeline("term", args)
         log("Received SIGTERM: draining")
-        threading.Thread(target=httpd.shutdown, daemon=True).start()
+        stop.set()
+        if httpd is not None:
+            threading.Thread(target=httpd.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_term)
     log(f"server_args={json.dumps({k: v for k, v in vars(args).items() if 'api_key' not in k}, default=str)}")
     threading.Thread(target=server.load, daemon=True).start()
-    httpd.serve_forever(poll_interval=0.05)
+    if httpd is not None:
+        httpd.serve_forever(poll_interval=0.05)
+    else:
+        stop.wait()
     deadline = time.monotonic() + 5
     while server.inflight and time.monotonic() < deadline:
         time.sleep(0.01)
+    timeline("exit", args)
     log("Shutdown complete")
 
 

@@ -26,13 +26,15 @@ def host_env(root: Path) -> dict[str, str]:
     return {"PATH": str(root / "bin"), "LD_LIBRARY_PATH": str(root / "lib")}
 
 
-def install_tools(root: Path, nvml: bool = True) -> None:
+def install_tools(root: Path, nvml: bool = True, seen_as: Path | None = None) -> None:
+    """Write DIR/bin's wrappers (bound to ``seen_as``, default DIR: the path at which the host's own processes
+    see DIR, e.g. a cluster host's bind mount) and, with ``nvml``, build DIR/lib/libnvidia-ml.so.1."""
     pkg = Path(__file__).resolve().parent.parent
     bindir = root / "bin"
     bindir.mkdir(parents=True, exist_ok=True)
     for name, module, entry, args in TOOLS:
         path = bindir / name
-        path.write_text(_WRAPPER.format(root=shlex.quote(str(root.resolve())), pkg=shlex.quote(str(pkg)),
+        path.write_text(_WRAPPER.format(root=shlex.quote(str((seen_as or root).resolve())), pkg=shlex.quote(str(pkg)),
                                         python=shlex.quote(sys.executable), module=module, entry=entry, args=args))
         path.chmod(0o755)
     if nvml:

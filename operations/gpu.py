@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import json
 
-from pyinfra import host
+from pyinfra import host, state
 from pyinfra.api import FunctionCommand, operation
 
-from . import report
+from . import report, summary
 from .gpustate import GpuStateFact
 from .idle_converge import Timing, Verdict, blocked_verdict, converge_idle
 from .idle_plan import DEFAULT_PROTECTED, DEFAULT_THRESHOLD_MIB, Selection, plan_idle
@@ -64,6 +64,7 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
         gpu.idle(name="Free GPUs 0-3 for the server", gpus=[0, 1, 2, 3], grace_s=20)
         gpu.idle(users=["root", "sglang"], names=["*sglang*", "*vllm*"])
     """
+    summary.watch(state)
     python = host_python(python)
     sel = Selection(frozenset(gpus) if gpus is not None else None, as_patterns(users), as_patterns(names) or (),
                     tuple(protected) + tuple(extra_protected), threshold_mib)

@@ -47,7 +47,7 @@ LOW_ACCEPT_READINGS = 3  # one short generation is noisy: fail on low accept len
 def judge(cfg: ServerConfig, doc: dict, low_seen: int = LOW_ACCEPT_READINGS - 1) -> Readiness | None:
     """A final verdict for this document, or None to keep waiting. ``low_seen``: earlier low readings in a row."""
     if doc.get("dead"):
-        return Readiness("dead", 0.0, ("the process is gone",), tuple(doc.get("log_tail") or ()))
+        return Readiness("dead", 0.0, (doc.get("reason") or "the process is gone",), tuple(doc.get("log_tail") or ()))
     if doc.get("health_generate") != 200 or not doc.get("generation_ok"):
         return None
     info = doc.get("server_info")

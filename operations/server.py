@@ -11,7 +11,7 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringC
 from pyinfra.operations.util.files import generate_color_diff
 
 from . import config as configs
-from . import gpu, report
+from . import gpu, report, summary, topology
 from .config import ServerConfig
 from .engines import HostContext, validate
 from .errors import ConfigError
@@ -28,10 +28,11 @@ SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./-]*$")
 DEFAULT_STATE_DIR = "/var/lib/specops"
 
 
-def resolve(config) -> ServerConfig:
+def resolve(config, on_host=None) -> ServerConfig:
     """A ServerConfig, or a config name/path loaded from configs/; the host's launcher override applied."""
+    on_host = on_host or host
     cfg = config if isinstance(config, ServerConfig) else configs.load(str(config))
-    launchers = host.data.get("specops_launchers") or {}
+    launchers = on_host.data.get("specops_launchers") or {}
     if cfg.engine in launchers and cfg.launcher == configs.DEFAULT_LAUNCHER.get(cfg.engine):
         cfg = replace(cfg, launcher=tuple(launchers[cfg.engine]))
     return cfg
@@ -39,32 +40,46 @@ def resolve(config) -> ServerConfig:
 
 def check_inventory(config, hosts) -> ServerConfig:
     """Validate ``config`` for every host before any operation runs; raises one ConfigError listing every issue
-    (field and host) across the inventory. Uses host data ``gpu_count`` and ``specops_group_size`` when set; the
-    GPU count read from each host is checked again by ``server.running`` itself.
+    (field and host) across the inventory. Multi-node groups (host data ``specops_group``) are checked rank by
+    rank (``operations.topology``); host data ``gpu_count`` is used when set; the GPU count read from each host is
+    checked again when the server operations run.
 
     **Example** (top of a deploy file): ``server.check_inventory(host.data.get("config"), inventory)``
     """
     cfg = config if isinstance(config, ServerConfig) else configs.load(str(config))
+    hosts = list(hosts)
     issues = []
+    for group in sorted({h.data.get("specops_group") for h in hosts if h.data.get("specops_group")}):
+        issues += topology.rank_issues(group, hosts)
+    if issues:
+        raise ConfigError(issues)
     for h in hosts:  # each host against its own config (host data ``config``), else this one
         own = h.data.get("config", config)
         if own in (None, "", "none"):
             continue
         own_cfg = cfg if own == config else (own if isinstance(own, ServerConfig) else configs.load(str(own)))
-        issues += validate(own_cfg, HostContext(h.name, h.data.get("gpu_count"), h.data.get("specops_group_size")))
+        issues += [replace(i, host=h.name) for i in rank_config_issues(own_cfg, h, hosts, h.data.get("gpu_count"))]
     if issues:
         raise ConfigError(issues)
     return cfg
 
 
-def _supervisor(name, supervisor, state_dir, python):
+def rank_config_issues(cfg: ServerConfig, on_host, hosts, gpu_count) -> list:
+    """Validation of ``cfg`` as ``on_host`` would run it (its rank filled in when it is in a group)."""
+    rank = topology.rank_of(on_host, hosts)
+    ctx = HostContext(on_host.name, gpu_count, rank.nnodes if rank else None)
+    return topology.nnodes_issues(cfg, rank) + validate(topology.for_rank(cfg, rank), ctx)
+
+
+def _supervisor(name, supervisor, state_dir, python, on_host=None):
+    on_host = on_host or host
     if not NAME.match(name):
         raise ConfigError([configs.Issue("name", f"{name!r}: use letters, digits, '.', '_' or '-'", host.name)])
-    kind = supervisor or host.data.get("specops_supervisor") or "process"
-    state_dir = state_dir or host.data.get("specops_state_dir") or DEFAULT_STATE_DIR
+    kind = supervisor or on_host.data.get("specops_supervisor") or "process"
+    state_dir = state_dir or on_host.data.get("specops_state_dir") or DEFAULT_STATE_DIR
     if not SAFE_PATH.match(state_dir):  # it is written into systemd units, which have their own quoting rules
         raise ConfigError([configs.Issue("state_dir", f"{state_dir!r}: use an absolute path of letters, digits "
-                                                      f"and / . _ - only", host.name)])
+                                                      f"and / . _ - only", on_host.name)])
     return supervisor_for(kind, name, state_dir, python)
 
 
@@ -116,13 +131,15 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
         server.running(name="Llama EAGLE-3", config=host.data.get("config", "eagle3-llama3.1-8b"))
         server.running(name="baseline on GPUs 4-7", server_name="base", config=baseline_config)
     """
+    if host.data.get("specops_group"):
+        raise ConfigError([configs.Issue("specops_group", f"this host is a rank of multi-node group "
+                                         f"{host.data.get('specops_group')}: use multinode.running", host.name)])
+    summary.watch(state)
     python = host_python(python)
     cfg = resolve(config)
     sup = _supervisor(server_name, supervisor, state_dir, python)
     gpus_now = host.get_fact(GpuStateFact, python=python)
-    ctx = HostContext(host.name, len(gpus_now.gpus) if gpus_now.available else None,
-                      host.data.get("specops_group_size"))
-    issues = validate(cfg, ctx)
+    issues = validate(cfg, HostContext(host.name, len(gpus_now.gpus) if gpus_now.available else None))
     if issues:
         raise ConfigError(issues)
     status = host.get_fact(ServerStatusFact, directory=sup.directory, port=cfg.port, unit=sup.unit, python=python)
@@ -149,6 +166,8 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
             for line in plan.describe():
                 if not any(f"pid {pid} " in line for pid in ours):
                     report.log(host, f"    gpu.idle plan: {line}")
+    if _rolling():  # a failed batch stops the rollout before this host is touched
+        yield FunctionCommand(_rollout_gate, (host.current_op_hash, server_name), {})
     yield StringCommand("mkdir", "-p", QuoteString(sup.directory), "&&", "chmod", "700", QuoteString(sup.directory))
     if status.alive:
         yield from sup.stop(cfg.stop_grace_s)
@@ -161,6 +180,20 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
     yield from sup.start(cfg)
     yield sup.ctl("annotate", sup.directory, json.dumps(recorded_view(cfg), sort_keys=True))
     yield FunctionCommand(_await_ready, (cfg, sup, python, progress_s), {})
+
+
+def _rolling() -> bool:
+    batch = (host.current_op_global_arguments or {}).get("_parallel")
+    return bool(batch) and batch < len(state.active_hosts)
+
+
+def _rollout_gate(state, host, op_hash: str, server_name: str) -> bool:
+    failed = summary.failed_in(state, op_hash) - {host.name}
+    if not failed:
+        return True
+    report.error(host, f"server.running: rollout stopped: an earlier batch failed on {', '.join(sorted(failed))}; "
+                       f"server {server_name} here left as it was")
+    return False
 
 
 def _why(cfg: ServerConfig, status, healthy: bool) -> str:
@@ -176,15 +209,19 @@ def _why(cfg: ServerConfig, status, healthy: bool) -> str:
     return "the live server reports other settings than it was started with (drift): restart"
 
 
-def _await_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: float) -> bool:
+def _await_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: float, peers=None) -> bool:
+    """Wait for readiness; ``peers()`` (multi-node rank 0) may report a dead rank between rounds."""
     def read(budget: float) -> dict:
         opts = {"budget_s": round(budget, 3), "prompt": cfg.prompt, "engine": cfg.engine,
                 "model": cfg.args.get("served_model_name") or cfg.args.get("model")}
         ok, out = host.run_shell_command(sup.ctl("wait", sup.directory, str(cfg.port), json.dumps(opts)))
         try:
-            return json.loads("\n".join(out.stdout_lines))
+            doc = json.loads("\n".join(out.stdout_lines))
         except ValueError:
             return {"dead": False, "health_generate": None, "generated": f"server_ctl: {out.stderr_lines[-3:]}"}
+        if peers is not None and not doc.get("dead") and not doc.get("generation_ok"):
+            doc = peers() or doc
+        return doc
 
     verdict = await_ready(read, cfg, RealClock(), lambda m: report.log(host, f"server.running: {m}"), progress_s)
     if verdict.ok:

@@ -260,6 +260,19 @@ def cmd_wait(d, port, opts):
         time.sleep(0.1)
 
 
+def cmd_live(d, mark=True):
+    """Liveness of a worker rank (no HTTP of its own): alive marks it running, dead marks it failed (unless
+    ``mark`` is False: a peek while rank 0 still waits)."""
+    state = load_state(d)
+    if alive(state):
+        if mark and state.get("status") == "starting":
+            save_state(d, {**state, "status": "running"})
+        return {"alive": True, "pid": state.get("pid")}
+    if mark and state.get("status") in ("starting", "running"):
+        save_state(d, {**state, "status": "failed", "failed_at": time.time()})
+    return {"alive": False, "pid": state.get("pid"), "log_tail": log_tail(d, 10)}
+
+
 def main(argv):
     cmd, d = argv[0], argv[1]
     if cmd == "status":
@@ -273,6 +286,8 @@ def main(argv):
         save_state(d, out)
     elif cmd == "stop":
         out = cmd_stop(d, float(argv[2]), argv[3] if len(argv) > 3 else None)
+    elif cmd == "live":
+        out = cmd_live(d, mark=argv[2:] != ["peek"])
     elif cmd == "wait":
         out = cmd_wait(d, int(argv[2]), json.loads(argv[3]))
     else:

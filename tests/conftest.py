@@ -28,12 +28,28 @@ class Run:
         return f"rc={self.rc} after {self.seconds:.2f}s\n{self.out}"
 
 
+def pyinfra_argv(inventory: str, deploy: str, args) -> list[str]:
+    return [PYINFRA, *([] if "--dry" in args else ["-y"]), str(REPO / "inventory" / inventory), deploy, *args]
+
+
+def _run(argv: list[str], env: dict, cwd: Path, timeout: float) -> Run:
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - t0)
+
+
 def run_pyinfra(sim: SimHost, *args: str, deploy: str = "deploy.py", cwd: Path = REPO, timeout: float = 120) -> Run:
     """``pyinfra -y inventory/sim.py deploy.py ARGS`` against ``sim`` (its root handed over as GPUSIM_ROOT)."""
-    argv = [PYINFRA, *([] if "--dry" in args else ["-y"]), str(REPO / "inventory" / "sim.py"), deploy, *args]
-    t0 = time.monotonic()
-    proc = subprocess.run(argv, cwd=cwd, env=sim.env(), capture_output=True, text=True, timeout=timeout)
-    return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - t0)
+    return _run(pyinfra_argv("sim.py", deploy, args), sim.env(), cwd, timeout)
+
+
+def cluster_env(cluster) -> dict:
+    return {**os.environ, "SPECOPS_CLUSTER": os.path.join(cluster.directory, "cluster.json")}
+
+
+def run_cluster(cluster, *args: str, deploy: str = "deploy.py", timeout: float = 180) -> Run:
+    """``pyinfra -y inventory/cluster_sim.py deploy.py ARGS`` against the simulated cluster, over SSH."""
+    return _run(pyinfra_argv("cluster_sim.py", deploy, args), cluster_env(cluster), REPO, timeout)
 
 
 @pytest.fixture
@@ -53,3 +69,21 @@ def sim_smi_only(tmp_path):
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+
+
+@pytest.fixture
+def make_cluster(tmp_path):
+    """``make_cluster(k, **settings)``: a simulated K-host cluster (netns + sshd each), torn down after the test
+    (every host's init stopped by PID, namespaces and bridge removed), also when the test fails."""
+    from gpusim.cluster import SimCluster
+
+    clusters = []
+
+    def make(hosts: int, gpus: int = 4, **settings):
+        cluster = SimCluster.up(tmp_path / f"cluster{len(clusters)}", hosts, gpus, **settings)
+        clusters.append(cluster)
+        return cluster
+
+    yield make
+    problems = [p for c in clusters for p in c.down()]
+    assert not problems, problems

@@ -1,0 +1,286 @@
+"""``multinode.running``: one model served by a group of hosts (SGLang ``--nnodes``), converged all-or-nothing.
+
+The group and the ranks come from the inventory (``operations.topology``: host data ``specops_group``, optional
+``specops_rank``). One decision is taken for the whole group from every rank's status: if all ranks run the
+desired config (their own rank's args) and rank 0 is healthy, nothing changes anywhere; otherwise the whole group
+is restarted in order, as five operations that each finish on every rank before the next begins:
+
+1. every rank: stop our server, ``gpu.idle`` on its GPUs (no rank starts into a CUDA OOM);
+2. rank 0 starts (it hosts the rendezvous at ``dist_init_addr``);
+3. ranks > 0 start and join it;
+4. rank 0 must become ready (health, a real generation, the config it reports, accept length), while the
+   other ranks are watched: one that dies fails the wait at once, with its log tail;
+5. ranks > 0 must be alive; if rank 0 failed they stop themselves, so no half group holds GPUs.
+
+A rank whose host is unreachable fails the group's run on every reachable rank, and nothing is changed.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from io import StringIO
+
+import gevent
+from gevent.event import AsyncResult
+from pyinfra import host, state
+from pyinfra.context import ctx_state
+from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringCommand, deploy, operation
+
+from . import gpu, report, server, summary, topology
+from .config import Issue, ServerConfig
+from .errors import ConfigError
+from .gpustate import GpuStateFact
+from .serverstate import ServerStatus, ServerStatusFact, drift, recorded_view
+from .supervisors import Supervisor
+
+
+@dataclass(frozen=True)
+class Member:
+    host: object  # the pyinfra Host
+    rank: topology.Rank
+    cfg: ServerConfig  # as this rank runs it
+    sup: Supervisor
+    python: str
+    status: ServerStatus | None  # None: unreachable
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank.rank} ({self.host.name})"
+
+    @property
+    def healthy(self) -> bool:
+        s = self.status
+        if s is None or not (s.alive and s.status == "running" and s.config_hash == self.cfg.config_hash):
+            return False
+        if self.rank.rank > 0:
+            return True  # workers serve no HTTP: liveness is all there is
+        return s.health == 200 and not any(c.restart for c in drift(self.cfg, s))
+
+    def why(self) -> str:
+        s = self.status
+        if s is None:
+            return f"{self.label}: unreachable"
+        if not s.alive:
+            gone = s.status in ("starting", "running")
+            return f"{self.label}: " + (f"pid {s.pid} exited (was {s.status})" if gone else f"not running ({s.status})")
+        if s.config_hash != self.cfg.config_hash:
+            return f"{self.label}: runs config {s.config_hash}, want {self.cfg.config_hash} ({self.cfg.name})"
+        if s.status != "running":
+            return f"{self.label}: pid {s.pid} never verified ({s.status})"
+        if self.rank.rank == 0 and s.health != 200:
+            return f"{self.label}: pid {s.pid} unhealthy (/health {s.health})"
+        return f"{self.label}: reports other settings than it was started with (drift)"
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    group: str
+    members: tuple[Member, ...]
+
+    @property
+    def unreachable(self) -> list[Member]:
+        return [m for m in self.members if m.status is None]
+
+    @property
+    def restart(self) -> bool:
+        return not self.unreachable and not all(m.healthy for m in self.members)
+
+    def member(self, on_host) -> Member:
+        return next(m for m in self.members if m.host.name == on_host.name)
+
+    @property
+    def leader(self) -> Member:
+        return self.members[0]
+
+
+_plans: dict = {}  # (state, stage, group, server) -> AsyncResult: one reading of the group per stage
+
+
+def group_plan(config, server_name: str, supervisor, state_dir, python) -> GroupPlan:
+    """The group's plan, read once per stage (prepare/execute) by whichever rank asks first."""
+    rank = topology.rank_of(host, state.inventory)
+    key = (id(ctx_state.get()), state.is_executing, rank.group, server_name)
+    if key not in _plans:
+        _plans[key] = result = AsyncResult()
+        try:
+            result.set(_read_group(rank, config, server_name, supervisor, state_dir, python))
+        except BaseException as exc:
+            result.set_exception(exc)
+    return _plans[key].get()
+
+
+def _read_group(rank, config, server_name, supervisor, state_dir, python) -> GroupPlan:
+    hosts = topology.members(rank.group, state.inventory)
+    issues = topology.rank_issues(rank.group, list(state.inventory))
+    if issues:
+        raise ConfigError(issues)
+
+    def one(h) -> Member:
+        h_rank = topology.rank_of(h, state.inventory)
+        h_python = python or h.data.get("specops_python") or "python3"
+        cfg = topology.for_rank(server.resolve(config, on_host=h), h_rank)
+        sup = server._supervisor(server_name, supervisor, state_dir, h_python, on_host=h)
+        status = None
+        if h in state.active_hosts:
+            try:
+                status = h.get_fact(ServerStatusFact, directory=sup.directory, port=cfg.port, unit=sup.unit,
+                                    python=h_python)
+            except Exception:  # connection lost: the rank is unreachable for this run
+                status = None
+        return Member(h, h_rank, cfg, sup, h_python, status)
+
+    jobs = [gevent.spawn(one, h) for h in hosts]
+    gevent.joinall(jobs, raise_error=True)
+    return GroupPlan(rank.group, tuple(j.value for j in jobs))
+
+
+def _validated(plan: GroupPlan, me: Member) -> None:
+    gpus_now = host.get_fact(GpuStateFact, python=me.python)
+    issues = server.rank_config_issues(me.cfg, host, list(state.inventory),
+                                       len(gpus_now.gpus) if gpus_now.available else None)
+    if issues:
+        raise ConfigError(issues)
+
+
+def _fail(state, host, message: str) -> bool:
+    report.error(host, message)
+    return False
+
+
+@operation()
+def _stop_and_idle(config, server_name, supervisor, state_dir, idle, users, grace_s, idle_deadline_s, python):
+    summary.watch(state)
+    plan = group_plan(config, server_name, supervisor, state_dir, python)
+    me = plan.member(host)
+    if plan.unreachable:
+        gone = ", ".join(m.label for m in plan.unreachable)
+        yield FunctionCommand(_fail, (f"group {plan.group}: {gone} unreachable; the group cannot converge, "
+                                      f"nothing changed on {me.label}",), {})
+        return
+    _validated(plan, me)
+    if not plan.restart:
+        s = me.status
+        host.noop(f"group {plan.group}: {me.label} of {me.rank.nnodes} runs config {me.cfg.name} "
+                  f"({me.cfg.config_hash}), pid {s.pid}, {'healthy' if me.rank.rank == 0 else 'alive'}")
+        return
+    if report.print_plan_now():
+        report.log(host, f"multinode.running {server_name}: group {plan.group} restarts all {me.rank.nnodes} "
+                         f"ranks in order; " + "; ".join(m.why() for m in plan.members if not m.healthy))
+        for change in drift(me.cfg, me.status):
+            report.log(host, f"    {change}")
+    yield StringCommand("mkdir", "-p", QuoteString(me.sup.directory), "&&", "chmod", "700",
+                        QuoteString(me.sup.directory))
+    if me.status.alive:
+        yield from me.sup.stop(me.cfg.stop_grace_s)
+    if idle:
+        yield from gpu.idle._inner(gpus=me.cfg.gpu_indices(), users=users, grace_s=grace_s,
+                                   deadline_s=idle_deadline_s, python=me.python)
+
+
+@operation()
+def _start_ranks(config, server_name, supervisor, state_dir, python, leader: bool):
+    plan = group_plan(config, server_name, supervisor, state_dir, python)
+    me = plan.member(host)
+    if not plan.restart or (me.rank.rank == 0) != leader:
+        return
+    files = me.sup.files(me.cfg)
+    if report.print_plan_now() and state.config.DIFF:
+        server._file_diffs(me.sup, files, me.status)
+    for f in files:
+        yield FileUploadCommand(StringIO(f.content), f.path)
+        yield StringCommand("chmod", f.mode, QuoteString(f.path))
+    yield from me.sup.start(me.cfg)
+    yield me.sup.ctl("annotate", me.sup.directory, json.dumps(recorded_view(me.cfg), sort_keys=True))
+
+
+@operation()
+def _leader_ready(config, server_name, supervisor, state_dir, python, progress_s):
+    plan = group_plan(config, server_name, supervisor, state_dir, python)
+    me = plan.member(host)
+    if not plan.restart or me.rank.rank != 0:
+        return
+    workers = plan.members[1:]
+
+    def peers() -> dict | None:
+        for m in workers:
+            doc = _live(m, mark=False)
+            if not doc.get("alive"):
+                return {"dead": True, "reason": f"{m.label} exited while rank 0 waited for the group",
+                        "log_tail": [f"{m.label}: {line}" for line in doc.get("log_tail") or []]}
+        return None
+
+    yield FunctionCommand(server._await_ready, (me.cfg, me.sup, me.python, progress_s, peers), {})
+
+
+def _live(m: Member, mark: bool = True) -> dict:
+    args = ("live", m.sup.directory) + (() if mark else ("peek",))
+    ok, out = m.host.run_shell_command(m.sup.ctl(*args))
+    try:
+        return json.loads("\n".join(out.stdout_lines))
+    except ValueError:
+        return {"alive": False, "log_tail": [f"server_ctl: {' '.join(out.stderr_lines[-3:])}"]}
+
+
+def _await_worker(state, host, plan: GroupPlan, me: Member) -> bool:
+    if plan.leader.host in state.failed_hosts:
+        host.run_shell_command(me.sup.stop(me.cfg.stop_grace_s)[0])
+        report.error(host, f"multinode.running: {plan.leader.label} did not become ready; {me.label} stopped "
+                           f"so no half group holds GPUs")
+        return False
+    doc = _live(me)
+    if doc.get("alive"):
+        report.log(host, f"multinode.running: {me.label} alive (pid {doc.get('pid')}), group {plan.group} "
+                         f"ready", fg="green")
+        return True
+    tail = "\n".join(f"    {line}" for line in doc.get("log_tail") or [])
+    report.error(host, f"multinode.running: {me.label} exited after rank 0 became ready\n"
+                       f"  last lines of the server log:\n{tail}")
+    return False
+
+
+@operation()
+def _workers_live(config, server_name, supervisor, state_dir, python):
+    plan = group_plan(config, server_name, supervisor, state_dir, python)
+    me = plan.member(host)
+    if not plan.restart or me.rank.rank == 0:
+        return
+    yield FunctionCommand(_await_worker, (plan, me), {})
+
+
+@deploy("Multi-node server")
+def running(config, server_name: str = "llm", supervisor: str | None = None, state_dir: str | None = None,
+            idle: bool = True, users=None, grace_s: float = 10.0, idle_deadline_s: float = 120.0,
+            progress_s: float = 10.0, python: str | None = None):
+    """
+    Make a group of hosts serve one model (SGLang multi-node) with config X, all-or-nothing.
+
+    + config: a ServerConfig or config name/path; ``nnodes``, ``node-rank`` and ``dist-init-addr`` are filled in
+      per rank from the inventory group (``specops_group``; ``specops_rank``, ``specops_dist_host``,
+      ``specops_dist_port`` optional)
+    + server_name, supervisor, state_dir, idle, users, grace_s, idle_deadline_s, progress_s, python: as for
+      ``server.running``
+
+    Every rank healthy with the desired config: no change. Any rank dead, unverified or on another config: the
+    whole group is restarted in order (stop + GPUs idle everywhere, rank 0, the other ranks, rank 0 ready, the
+    other ranks alive).
+
+    **Examples:**
+
+    .. code:: python
+
+        from operations import multinode
+
+        multinode.running(config="eagle3-llama3.1-70b-2node")   # hosts with specops_group="llama70b"
+    """
+    group = host.data.get("specops_group")
+    if not group:
+        raise ConfigError([Issue("specops_group", "multinode.running needs the host in a group (host data "
+                                                  "specops_group); use server.running for a single host", host.name)])
+    common = dict(config=config, server_name=server_name, supervisor=supervisor, state_dir=state_dir,
+                  python=python)
+    _stop_and_idle(name=f"group {group}: stop, GPUs idle", idle=idle, users=users, grace_s=grace_s,
+                   idle_deadline_s=idle_deadline_s, **common)
+    _start_ranks(name=f"group {group}: start rank 0", leader=True, **common)
+    _start_ranks(name=f"group {group}: start ranks > 0", leader=False, **common)
+    _leader_ready(name=f"group {group}: rank 0 ready", progress_s=progress_s, **common)
+    _workers_live(name=f"group {group}: ranks > 0 alive", **common)

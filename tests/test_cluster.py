@@ -1,0 +1,185 @@
+"""Multi-host convergence over real SSH: simulated hosts in network namespaces, each with its own sshd, PID
+namespace and GPUs; pyinfra's ssh connector; deploy.py with inventory/cluster_sim.py."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from gpusim.ledger import proc_start_time
+from conftest import REPO, cluster_env, needs_root, pyinfra_argv, run_cluster
+from test_gpusim import wait_for
+
+pytestmark = [needs_root, pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"),
+                                             reason="needs OpenSSH's sshd (scripts/test.sh installs it)")]
+
+
+@pytest.fixture
+def group_config(tmp_path):
+    """A model tensor-parallel over three 4-GPU hosts (nnodes, node_rank, dist_init_addr come from the group)."""
+    data = yaml.safe_load((REPO / "configs" / "eagle3-llama3.1-70b-2node.yaml").read_text())
+    data["tp-size"] = 12
+    data["specops"]["ready_timeout_s"] = 30
+    path = tmp_path / "llama70b-3node.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def ledger(cluster, i) -> dict:
+    """Host i's GPU ledger, read inside the host (its PIDs are the host's own)."""
+    out = cluster.exec(i, [sys.executable, "-m", "gpusim", "ls", cluster.node_root], check=True)
+    return json.loads(out.stdout)
+
+
+def live_server(cluster, i) -> dict:
+    state = cluster.server_state(i)
+    assert state.get("status") == "running", state
+    assert state["pid"] in {inner for inner, _ in cluster.processes(i).values()}, f"host {i}: pid {state['pid']} gone"
+    return state
+
+
+def changed(run) -> str:
+    """The 'Success' (changed) column of pyinfra's grand total row: '-' when nothing changed anywhere."""
+    row = re.search(r"Grand total\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)", run.out)
+    assert row, run
+    return row.group(2)
+
+
+def test_cluster_up_gives_each_host_its_own_network_processes_and_gpus_and_down_removes_all(make_cluster):
+    cluster = make_cluster(2)
+    addresses = [cluster.exec(i, ["ip", "-o", "-4", "addr", "show", "eth0"]).stdout for i in range(2)]
+    assert [n.address in a for n, a in zip(cluster.nodes, addresses)] == [True, True]
+    # own PID namespace: the host's init is its PID 1, and it sees only its own processes
+    assert 1 in {inner for inner, _ in cluster.processes(0).values()}
+    assert set(cluster.processes(0)).isdisjoint(cluster.processes(1))
+    # own GPUs: a hold on host 0 is not on host 1
+    cluster.exec(0, [sys.executable, "-m", "gpusim", "hold", cluster.node_root, "--gpus", "1", "--mib", "5000"],
+                 check=True)
+    assert ledger(cluster, 0)["gpus"][1]["used_mib"] == 5000
+    assert ledger(cluster, 1)["gpus"][1]["used_mib"] == 0
+    outer = {p: proc_start_time(p) for p in [n.pid for n in cluster.nodes] + list(cluster.processes(0))}
+    assert cluster.down() == []
+    assert not [p for p, start in outer.items() if proc_start_time(p) == start]
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not [n.netns for n in cluster.nodes if n.netns in names]
+    assert subprocess.run(["ip", "link", "show", cluster.bridge], capture_output=True).returncode != 0
+    cluster.nodes.clear()  # nothing left for the fixture's teardown
+
+
+def test_multinode_group_converges_rerun_is_noop_and_a_dead_rank_restarts_the_group(make_cluster, group_config):
+    cluster = make_cluster(3, server_start_s=0.5)
+    args = ("--data", "specops_group=llama70b", "--data", f"config={group_config}")
+    first = run_cluster(cluster, *args)
+    assert first.rc == 0, first
+    leader = cluster.nodes[0].address
+    states = [live_server(cluster, i) for i in range(3)]
+    for rank, state in enumerate(states):
+        recorded = state["recorded"]["args"]
+        assert (recorded["nnodes"], recorded["node_rank"], recorded["dist_init_addr"]) == (3, rank, f"{leader}:20000")
+        assert [g["used_mib"] > 0 for g in ledger(cluster, rank)["gpus"]] == [True] * 4  # 12 GPUs = 3 x 4
+    launches = [[e for e in cluster.timeline(i) if e["event"] == "launch"] for i in range(3)]
+    assert launches[0][-1]["t"] < min(launches[1][-1]["t"], launches[2][-1]["t"])  # rank 0 first
+    assert "rank 0 (" in first.out and "ready after" in first.out
+
+    again = run_cluster(cluster, *args)
+    assert again.rc == 0 and changed(again) == "-", again
+    assert [cluster.server_state(i)["pid"] for i in range(3)] == [s["pid"] for s in states]
+
+    cluster.kill(2, states[2]["pid"])
+    restart = run_cluster(cluster, *args)
+    assert restart.rc == 0, restart
+    assert re.search(rf"rank 2 \({re.escape(cluster.nodes[2].address)}\): pid {states[2]['pid']} exited", restart.out)
+    after = [live_server(cluster, i) for i in range(3)]
+    assert all(a["pid"] != b["pid"] or a["start"] != b["start"] for a, b in zip(after, states))  # whole group
+    assert run_cluster(cluster, *args).out.count("ready after") == 0  # converged again: nothing to verify
+
+
+def down_intervals(cluster, i) -> list[tuple[float, float]]:
+    """When host i served nothing: from a server's SIGTERM to the next server's readiness."""
+    out, down_since = [], None
+    for event in cluster.timeline(i):
+        if event["event"] == "term" and down_since is None:
+            down_since = event["t"]
+        elif event["event"] == "ready" and down_since is not None:
+            out.append((down_since, event["t"]))
+            down_since = None
+    return out + ([(down_since, float("inf"))] if down_since is not None else [])
+
+
+def most_down_at_once(intervals) -> int:
+    edges = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    level = peak = 0
+    for _, step in edges:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def test_rolling_switch_of_four_replicas_in_batches_of_two(make_cluster):
+    cluster = make_cluster(4, server_start_s=0.5)
+    assert run_cluster(cluster).rc == 0  # EAGLE-3 everywhere, all at once
+    switch = run_cluster(cluster, "--parallel", "2", "--data", "config=baseline-llama3.1-8b")
+    assert switch.rc == 0, switch
+    intervals = [iv for i in range(4) for iv in down_intervals(cluster, i)]
+    assert len(intervals) == 4
+    assert most_down_at_once(intervals) <= 2, intervals
+    assert most_down_at_once(intervals) >= 1
+    # batches: the second pair went down only after the first pair was ready again
+    ends = sorted(intervals)
+    assert max(b for _, b in ends[:2]) <= min(a for a, _ in ends[2:]), ends
+    hashes = {live_server(cluster, i)["config_hash"] for i in range(4)}
+    assert len(hashes) == 1
+
+
+def test_a_failed_batch_stops_the_rollout_and_names_the_hosts(make_cluster):
+    cluster = make_cluster(4, server_start_s=0.3)
+    assert run_cluster(cluster).rc == 0
+    before = [live_server(cluster, i) for i in range(4)]
+    for i in range(3):  # another user's job on GPU 0 of three hosts: gpu.idle is blocked there
+        cluster.exec(i, [sys.executable, "-m", "gpusim", "hold", cluster.node_root, "--gpus", "0", "--mib", "2000",
+                         "--user", "nobody"], check=True)
+    run = run_cluster(cluster, "--parallel", "2", "--data", "config=baseline-llama3.1-8b")
+    assert run.rc != 0, run
+    gated = re.findall(r"\[(\S+)\] server.running: rollout stopped: an earlier batch failed on ([^;]+);", run.out)
+    assert len(gated) == 2, run  # the whole second batch, whichever hosts it held
+    for name, failed in gated:
+        i = [n.address for n in cluster.nodes].index(name)
+        assert cluster.server_state(i)["pid"] == before[i]["pid"]  # untouched: still the old server
+        assert live_server(cluster, i)["config_hash"] == before[i]["config_hash"]
+        assert failed.split(", ") and name not in failed
+        assert f"FAILED {name}" in run.out
+    blocked = re.findall(r"\[(\S+)\] gpu.idle: blocked", run.out)
+    assert blocked and all(f"FAILED {name}" in run.out for name in blocked)
+
+
+def test_sshd_outage_mid_run_fails_that_host_only_and_the_summary_names_it(make_cluster):
+    cluster = make_cluster(3, server_start_s=0.3)
+    assert run_cluster(cluster).rc == 0
+    old = cluster.server_state(2)
+    cluster.configure(server_start_s=3.0)
+    argv = pyinfra_argv("cluster_sim.py", "deploy.py", ("--data", "config=baseline-llama3.1-8b"))
+    proc = subprocess.Popen(argv, cwd=REPO, env=cluster_env(cluster), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        # once host 2 is loading the new server, its sshd (listener and sessions) goes away
+        wait_for(lambda: cluster.server_state(2).get("pid") not in (None, old["pid"]), 60, "host 2 starting")
+        assert cluster.stop_sshd(2)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    host2 = cluster.nodes[2].address
+    assert proc.returncode != 0, out
+    assert f"FAILED {host2}" in out, out
+    for i in (0, 1):
+        assert live_server(cluster, i)["config_hash"] != old["config_hash"]  # switched
+    # next run: host 2 is unreachable; the others are already converged, and the summary says so
+    cluster.configure(server_start_s=0.3)
+    again = run_cluster(cluster, "--data", "config=baseline-llama3.1-8b")
+    assert again.rc != 0
+    assert f"UNREACHABLE {host2}" in again.out and "converged: 2 host(s)" in again.out, again
+    assert changed(again) == "-", again
