@@ -183,7 +183,8 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
 
 
 def _rolling() -> bool:
-    batch = (host.current_op_global_arguments or {}).get("_parallel")
+    # the batch size pyinfra itself uses for this operation (op argument _parallel, else --parallel)
+    batch = state.get_op_meta(host.current_op_hash).global_arguments.get("_parallel") if host.current_op_hash else 0
     return bool(batch) and batch < len(state.active_hosts)
 
 

@@ -35,7 +35,7 @@ class RunSummary(BaseStateCallback):
         unreachable = [name for name in everyone if name not in activated]
         failed = [name for name in everyone if name in self.errors]
         fine = [name for name in everyone if name in activated and name not in self.errors]
-        out = [f"converged: {len(fine)} host(s)" + (f" ({', '.join(fine)})" if len(fine) <= 8 else "")]
+        out = [f"converged: {len(fine)} host(s)" + (f" ({', '.join(fine)})" if 0 < len(fine) <= 8 else "")]
         out += [f"FAILED {name}: {'; '.join(self.errors[name])}" for name in failed]
         out += [f"UNREACHABLE {name}: could not connect (the error is printed above); nothing was done there"
                 for name in unreachable]
@@ -56,7 +56,8 @@ def watch(state) -> RunSummary:
     if summary is None or summary.state is not state:
         summary = _watchers[id(state)] = RunSummary(state)
         state.add_callback_handler(summary)
-        atexit.register(summary.print)
+        if isinstance(state, State):  # a real run (not an op-fixture harness): print when pyinfra exits
+            atexit.register(summary.print)
     return summary
 
 

@@ -151,7 +151,7 @@ def test_a_failed_batch_stops_the_rollout_and_names_the_hosts(make_cluster):
         assert live_server(cluster, i)["config_hash"] == before[i]["config_hash"]
         assert failed.split(", ") and name not in failed
         assert f"FAILED {name}" in run.out
-    blocked = re.findall(r"\[(\S+)\] gpu.idle: blocked", run.out)
+    blocked = re.findall(r"\[(\S+)\] blocked: GPU 0 held by processes this operation may not stop", run.out)
     assert blocked and all(f"FAILED {name}" in run.out for name in blocked)
 
 
