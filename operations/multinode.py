@@ -18,19 +18,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from io import StringIO
 
 import gevent
 from gevent.event import AsyncResult
 from pyinfra import host, state
 from pyinfra.context import ctx_state
-from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringCommand, deploy, operation
+from pyinfra.api import FunctionCommand, deploy, operation
 
-from . import gpu, report, server, summary, topology
+from . import report, server, summary, topology
 from .config import Issue, ServerConfig
 from .errors import ConfigError
 from .gpustate import GpuStateFact
-from .serverstate import ServerStatus, ServerStatusFact, drift, recorded_view
+from .remote import host_python
+from .serverstate import ServerStatus, ServerStatusFact, drift
 from .supervisors import Supervisor
 
 
@@ -117,7 +117,7 @@ def _read_group(rank, config, server_name, supervisor, state_dir, python) -> Gro
 
     def one(h) -> Member:
         h_rank = topology.rank_of(h, state.inventory)
-        h_python = python or h.data.get("specops_python") or "python3"
+        h_python = host_python(python, on_host=h)
         cfg = topology.for_rank(server.resolve(config, on_host=h), h_rank)
         sup = server._supervisor(server_name, supervisor, state_dir, h_python, on_host=h)
         status = None
@@ -134,7 +134,7 @@ def _read_group(rank, config, server_name, supervisor, state_dir, python) -> Gro
     return GroupPlan(rank.group, tuple(j.value for j in jobs))
 
 
-def _validated(plan: GroupPlan, me: Member) -> None:
+def _validated(me: Member) -> None:
     gpus_now = host.get_fact(GpuStateFact, python=me.python)
     issues = server.rank_config_issues(me.cfg, host, list(state.inventory),
                                        len(gpus_now.gpus) if gpus_now.available else None)
@@ -157,7 +157,7 @@ def _stop_and_idle(config, server_name, supervisor, state_dir, idle, users, grac
         yield FunctionCommand(_fail, (f"group {plan.group}: {gone} unreachable; the group cannot converge, "
                                       f"nothing changed on {me.label}",), {})
         return
-    _validated(plan, me)
+    _validated(me)
     if not plan.restart:
         s = me.status
         host.noop(f"group {plan.group}: {me.label} of {me.rank.nnodes} runs config {me.cfg.name} "
@@ -168,13 +168,8 @@ def _stop_and_idle(config, server_name, supervisor, state_dir, idle, users, grac
                          f"ranks in order; " + "; ".join(m.why() for m in plan.members if not m.healthy))
         for change in drift(me.cfg, me.status):
             report.log(host, f"    {change}")
-    yield StringCommand("mkdir", "-p", QuoteString(me.sup.directory), "&&", "chmod", "700",
-                        QuoteString(me.sup.directory))
-    if me.status.alive:
-        yield from me.sup.stop(me.cfg.stop_grace_s)
-    if idle:
-        yield from gpu.idle._inner(gpus=me.cfg.gpu_indices(), users=users, grace_s=grace_s,
-                                   deadline_s=idle_deadline_s, python=me.python)
+    yield from server.stop_and_idle(me.sup, me.cfg, me.status.alive, idle, users, grace_s, idle_deadline_s,
+                                    me.python)
 
 
 @operation()
@@ -186,11 +181,7 @@ def _start_ranks(config, server_name, supervisor, state_dir, python, leader: boo
     files = me.sup.files(me.cfg)
     if report.print_plan_now() and state.config.DIFF:
         server._file_diffs(me.sup, files, me.status)
-    for f in files:
-        yield FileUploadCommand(StringIO(f.content), f.path)
-        yield StringCommand("chmod", f.mode, QuoteString(f.path))
-    yield from me.sup.start(me.cfg)
-    yield me.sup.ctl("annotate", me.sup.directory, json.dumps(recorded_view(me.cfg), sort_keys=True))
+    yield from server.launch(me.sup, me.cfg, files)
 
 
 @operation()

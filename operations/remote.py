@@ -6,11 +6,12 @@ from importlib import resources
 from pyinfra.api import QuoteString, StringCommand
 
 
-def host_python(python: str | None = None) -> str:
-    """The interpreter on the host for our scripts: the argument, else host data ``specops_python``, else python3."""
+def host_python(python: str | None = None, on_host=None) -> str:
+    """The interpreter on the host (default: the current one) for our scripts: the argument, else host data
+    ``specops_python``, else python3."""
     from pyinfra import host
 
-    return python or host.data.get("specops_python") or "python3"
+    return python or (on_host or host).data.get("specops_python") or "python3"
 
 
 def script_text(name: str) -> str:

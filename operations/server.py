@@ -74,7 +74,7 @@ def rank_config_issues(cfg: ServerConfig, on_host, hosts, gpu_count) -> list:
 def _supervisor(name, supervisor, state_dir, python, on_host=None):
     on_host = on_host or host
     if not NAME.match(name):
-        raise ConfigError([configs.Issue("name", f"{name!r}: use letters, digits, '.', '_' or '-'", host.name)])
+        raise ConfigError([configs.Issue("name", f"{name!r}: use letters, digits, '.', '_' or '-'", on_host.name)])
     kind = supervisor or on_host.data.get("specops_supervisor") or "process"
     state_dir = state_dir or on_host.data.get("specops_state_dir") or DEFAULT_STATE_DIR
     if not SAFE_PATH.match(state_dir):  # it is written into systemd units, which have their own quoting rules
@@ -168,18 +168,28 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
                     report.log(host, f"    gpu.idle plan: {line}")
     if _rolling():  # a failed batch stops the rollout before this host is touched
         yield FunctionCommand(_rollout_gate, (host.current_op_hash, server_name), {})
+    yield from stop_and_idle(sup, cfg, status.alive, idle, users, grace_s, idle_deadline_s, python)
+    yield from launch(sup, cfg, files)
+    yield FunctionCommand(_await_ready, (cfg, sup, python, progress_s), {})
+
+
+def stop_and_idle(sup, cfg: ServerConfig, alive: bool, idle: bool, users, grace_s, idle_deadline_s, python):
+    """Commands: the server's 0700 directory, our old server stopped, then (``idle``) its GPUs made idle."""
     yield StringCommand("mkdir", "-p", QuoteString(sup.directory), "&&", "chmod", "700", QuoteString(sup.directory))
-    if status.alive:
+    if alive:
         yield from sup.stop(cfg.stop_grace_s)
     if idle:
         yield from gpu.idle._inner(gpus=cfg.gpu_indices(), users=users, grace_s=grace_s,
                                    deadline_s=idle_deadline_s, python=python)
+
+
+def launch(sup, cfg: ServerConfig, files):
+    """Commands: upload the launch files with their modes, start the server, record what it was started with."""
     for f in files:
         yield FileUploadCommand(StringIO(f.content), f.path)
         yield StringCommand("chmod", f.mode, QuoteString(f.path))
     yield from sup.start(cfg)
     yield sup.ctl("annotate", sup.directory, json.dumps(recorded_view(cfg), sort_keys=True))
-    yield FunctionCommand(_await_ready, (cfg, sup, python, progress_s), {})
 
 
 def _rolling() -> bool:
