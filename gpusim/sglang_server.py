@@ -13,12 +13,20 @@ ready only when all N-1 other ranks have joined; ranks > 0 serve no HTTP (as in 
 Every launch, ready, SIGTERM and exit is appended to DIR/timeline.jsonl (wall-clock time), for tests that check
 how many hosts of a cluster were down at once.
 
-Host settings (DIR/host.json): ``server_start_s`` (default 1.0), ``accept_length`` (override the model below).
+Streaming ``/generate`` (``"stream": true``, what ``sglang.bench_serving --backend sglang`` sends) goes through a
+continuous-batching engine whose decode step costs ``decode_step_ms + token_slot_ms * batch * width`` (plus
+``draft_step_ms`` per speculative step), where width is 1 without speculation and ``speculative-num-draft-tokens``
+with it, and a speculative step emits ``accept_length`` tokens per request on average: speculation pays at low
+concurrency (memory-bound steps) and stops paying once verification of the draft tokens dominates the step.
+
+Host settings (DIR/host.json): ``server_start_s`` (default 1.0), ``accept_length`` (override the model below),
+``decode_step_ms`` (12.0), ``token_slot_ms`` (0.2), ``draft_step_ms`` (1.6), ``prefill_ms_per_1k`` (8.0).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import socket
@@ -65,6 +73,87 @@ def accept_length(args, host: dict) -> float | None:
     return round(min(float(draft), 1 + steps * (1 - 0.55 ** topk) * 0.92), 3)
 
 
+class Request:
+    def __init__(self, prompt_tokens: int, max_new_tokens: int):
+        self.prompt_tokens, self.max_new_tokens = prompt_tokens, max_new_tokens
+        self.tokens = 0
+        self.steps = 0
+        self.credit = 0.0
+        self.prefilled = False
+        self.grew = threading.Event()  # one event per request: a step wakes only the streams it advanced
+
+    @property
+    def done(self) -> bool:
+        return self.tokens >= self.max_new_tokens
+
+
+class Engine:
+    """Continuous batching on a step-time model (module docstring); steps follow an absolute schedule, so the
+    simulation's own CPU cost does not change the throughput it models."""
+
+    def __init__(self, args, host: dict, accept: float | None):
+        self.accept = accept
+        self.base_ms = float(host.get("decode_step_ms", 12.0))
+        self.slot_ms = float(host.get("token_slot_ms", 0.2))
+        self.prefill_ms = float(host.get("prefill_ms_per_1k", 8.0))
+        spec = accept is not None
+        self.width = (args.speculative_num_draft_tokens or (args.speculative_num_steps or 1) + 1) if spec else 1
+        self.draft_ms = float(host.get("draft_step_ms", 1.6)) * (args.speculative_num_steps or 1) if spec else 0.0
+        self.cond = threading.Condition()
+        self.waiting: list[Request] = []
+        self.active: list[Request] = []
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def submit(self, prompt_tokens: int, max_new_tokens: int) -> Request:
+        req = Request(prompt_tokens, max(1, max_new_tokens))
+        with self.cond:
+            self.waiting.append(req)
+            self.cond.notify_all()
+        return req
+
+    def step_s(self, batch: int, prefill_tokens: int) -> float:
+        return (self.base_ms + self.draft_ms + self.slot_ms * batch * self.width
+                + self.prefill_ms * prefill_tokens / 1000) / 1000
+
+    def run(self) -> None:
+        due = time.monotonic()
+        while True:
+            with self.cond:
+                while not self.waiting and not self.active:
+                    self.cond.wait()
+                new, self.waiting = self.waiting, []
+                self.active += new
+                batch = list(self.active)
+            due = max(due, time.monotonic()) + self.step_s(len(batch), sum(r.prompt_tokens for r in new))
+            time.sleep(max(0.0, due - time.monotonic()))
+            for r in batch:
+                r.tokens = min(r.max_new_tokens, r.tokens + self.emitted(r))
+                r.steps += 1
+                r.grew.set()
+            with self.cond:
+                self.active = [r for r in self.active if not r.done]
+
+    def emitted(self, r: Request) -> int:
+        if not r.prefilled or self.accept is None:  # prefill yields the first token; plain decode one per step
+            r.prefilled = True
+            return 1
+        r.credit += self.accept
+        n = max(1, math.floor(r.credit))
+        r.credit -= n
+        return n
+
+    def stream(self, req: Request):
+        """Yield the token count each time it grows, until the request is done."""
+        sent = 0
+        while not (req.done and sent == req.tokens):
+            req.grew.wait()
+            req.grew.clear()
+            if req.tokens > sent:
+                sent = req.tokens
+                yield sent
+
+
 class Server:
     def __init__(self, args, root: str):
         self.args, self.root = args, root
@@ -79,6 +168,7 @@ class Server:
         self.all_joined = threading.Event()
         if args.nnodes <= 1:
             self.all_joined.set()
+        self.engine = Engine(args, self.host, self.accept)
 
     def gpus(self) -> list[int]:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -232,6 +322,32 @@ def handler_for(server: Server):
                 return False
             return True
 
+        def _stream(self, prompt: str, max_new_tokens: int) -> None:
+            """Server-sent events as SGLang sends them: cumulative text and meta_info per chunk, then [DONE]."""
+            prompt_tokens = len(prompt.split())
+            with server.lock:
+                server.inflight += 1
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                req = server.engine.submit(prompt_tokens, max_new_tokens)
+                for n in server.engine.stream(req):
+                    meta = {"prompt_tokens": prompt_tokens, "completion_tokens": n}
+                    if server.accept is not None:
+                        meta["spec_verify_ct"] = req.steps
+                    chunk = {"text": " ok" * n, "meta_info": meta}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                server.generated += req.tokens
+            except OSError:  # the client went away
+                pass
+            finally:
+                with server.lock:
+                    server.inflight -= 1
+                self.close_connection = True
+
         def do_GET(self):
             path = self.path.split("?")[0]
             if path == "/health":
@@ -260,6 +376,8 @@ def handler_for(server: Server):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             if self.path == "/generate":
                 params = body.get("sampling_params", {})
+                if body.get("stream"):
+                    return self._stream(body.get("text", ""), int(params.get("max_new_tokens", 16)))
                 return self._send(200, server.generate(body.get("text", ""), params.get("max_new_tokens", 16)))
             if self.path == "/v1/completions":
                 out = server.generate(body.get("prompt", ""), body.get("max_tokens", 16))
@@ -281,6 +399,7 @@ def main(argv: list[str] | None = None) -> None:
     stop = threading.Event()
     httpd = None
     if args.node_rank == 0:
+        ThreadingHTTPServer.request_queue_size = 256  # a benchmark opens its connections at once
         httpd = ThreadingHTTPServer((args.host, args.port), handler_for(server))
         httpd.daemon_threads = True
         if args.nnodes > 1:

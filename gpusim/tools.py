@@ -1,4 +1,5 @@
-"""Per-host stand-in tools: DIR/bin/nvidia-smi, DIR/bin/gpusim-snapshot, DIR/lib/libnvidia-ml.so.1."""
+"""Per-host stand-in tools: DIR/bin/nvidia-smi, gpusim-snapshot, sglang-launch-server, sglang-bench-serving and
+DIR/lib/libnvidia-ml.so.1."""
 from __future__ import annotations
 
 import shlex
@@ -18,6 +19,7 @@ TOOLS = (
     ("nvidia-smi", "smi", "main", "(sys.argv[1:],)"),
     ("gpusim-snapshot", "smi", "snapshot_main", "()"),
     ("sglang-launch-server", "sglang_server", "main", "(sys.argv[1:],)"),  # stands in for python -m sglang...
+    ("sglang-bench-serving", "bench_serving", "main", "(sys.argv[1:],)"),  # ... and python -m sglang.bench_serving
 )
 
 

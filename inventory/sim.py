@@ -3,7 +3,8 @@
 The simulated host lives in ``$GPUSIM_ROOT`` (default ``.gpusim/host`` in the repository; ``python -m gpusim init``
 creates it). Only this inventory knows it is simulated: it puts the stand-in ``nvidia-smi`` first on PATH and the
 stand-in ``libnvidia-ml.so.1`` on LD_LIBRARY_PATH, runs the probe with this Python (which has pynvml), launches
-the SGLang-API stand-in where real hosts run ``python3 -m sglang.launch_server``, and keeps server state under
+the SGLang-API stand-in where real hosts run ``python3 -m sglang.launch_server`` (and its benchmark client
+for ``python3 -m sglang.bench_serving``), and keeps server state under
 the simulated host's directory.
 """
 import os
@@ -21,4 +22,5 @@ sim = [("@local", {
     "specops_python": sys.executable,
     "specops_state_dir": str(_root / "servers"),
     "specops_launchers": {"sglang": [str(_root / "bin" / "sglang-launch-server")]},
+    "specops_bench_runner": [str(_root / "bin" / "sglang-bench-serving")],
 })]

@@ -6,7 +6,7 @@ import json
 from pyinfra import host, state
 from pyinfra.api import FunctionCommand, operation
 
-from . import report, summary
+from . import lock, report, summary
 from .gpustate import GpuStateFact
 from .idle_converge import Timing, Verdict, blocked_verdict, converge_idle
 from .idle_plan import DEFAULT_PROTECTED, DEFAULT_THRESHOLD_MIB, Selection, plan_idle
@@ -90,6 +90,7 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
         yield _fail(blocked_verdict(plan).text)
         return
     if plan.targets:
+        yield lock.acquired("gpu.idle", deadline_s + grace_s + 600, python)
         yield python_script(python, "signal_procs.py", "TERM", *(t.spec for t in plan.targets))
     yield FunctionCommand(_converge, (python, sel, plan, timing), {})
 

@@ -11,7 +11,7 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringC
 from pyinfra.operations.util.files import generate_color_diff
 
 from . import config as configs
-from . import gpu, report, summary, topology
+from . import gpu, lock, report, summary, topology
 from .config import ServerConfig
 from .engines import HostContext, validate
 from .errors import ConfigError
@@ -174,7 +174,10 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
 
 
 def stop_and_idle(sup, cfg: ServerConfig, alive: bool, idle: bool, users, grace_s, idle_deadline_s, python):
-    """Commands: the server's 0700 directory, our old server stopped, then (``idle``) its GPUs made idle."""
+    """Commands: this run's host lock, the server's 0700 directory, our old server stopped, then (``idle``) its
+    GPUs made idle."""
+    yield lock.acquired(f"server {sup.name} -> config {cfg.name}",
+                        idle_deadline_s + grace_s + cfg.stop_grace_s + cfg.ready_timeout_s + 600, python)
     yield StringCommand("mkdir", "-p", QuoteString(sup.directory), "&&", "chmod", "700", QuoteString(sup.directory))
     if alive:
         yield from sup.stop(cfg.stop_grace_s)
@@ -271,4 +274,5 @@ def stopped(server_name: str = "llm", port: int = 30000, supervisor: str | None 
     if not status.alive:
         host.noop(f"server {server_name} not running ({status.status})")
         return
+    yield lock.acquired(f"server.stopped {server_name}", grace_s + 600, python)
     yield from sup.stop(grace_s)

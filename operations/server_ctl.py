@@ -10,6 +10,8 @@ read the API key from secrets.env themselves.
     annotate DIR JSON              add what the server was started with (masked args, verify settings)
     stop DIR GRACE [UNIT]          TERM the process group, KILL after GRACE seconds; state -> stopped
     wait DIR PORT JSON             sample until ready (or dead, or budget spent); JSON: budget_s, prompt, engine
+    bench DIR NAME JSON            start (once per key) or attach to benchmark NAME, wait up to budget_s; JSON:
+                                   key, argv, port, config_hash, budget_s (stop: true ends it)
 """
 import json
 import os
@@ -45,12 +47,17 @@ def load_state(d):
         return {}
 
 
-def save_state(d, state):
-    tmp = os.path.join(d, ".state.json.tmp")
+def save_json(path, doc):
+    """Atomically (a reader sees the old or the new document, never half), mode 0600."""
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        json.dump(state, fh)
-    os.replace(tmp, os.path.join(d, "state.json"))
+        json.dump(doc, fh)
+    os.replace(tmp, path)
+
+
+def save_state(d, state):
+    save_json(os.path.join(d, "state.json"), state)
 
 
 def alive(state):
@@ -150,6 +157,29 @@ def listener(port):
     return "unknown process"
 
 
+def detach(argv, log_path, env=None):
+    """Start argv in its own session (stopped as a group, never with the caller), output appended to
+    log_path (0600), stdin from /dev/null; returns its pid (it is re-parented, so nobody here waits on it)."""
+    r, w = os.pipe()
+    mid = os.fork()
+    if mid == 0:
+        os.close(r)
+        os.setsid()
+        pid = os.fork()
+        if pid:
+            os.write(w, str(pid).encode())
+            os._exit(0)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.execve(argv[0], argv, env if env is not None else os.environ)
+    os.close(w)
+    os.waitpid(mid, 0)
+    return int(os.read(r, 32) or 0)
+
+
 def cmd_start(d, config_hash, port=None):
     state = load_state(d)
     if alive(state):
@@ -157,24 +187,7 @@ def cmd_start(d, config_hash, port=None):
     owner = listener(port) if port else None
     if owner:  # starting now would only die with 'Address already in use' after loading the weights
         return {"error": f"port {port} is already in use by {owner}; not starting"}
-    r, w = os.pipe()
-    mid = os.fork()
-    if mid == 0:
-        os.close(r)
-        os.setsid()  # own session and process group: stopped as a group, never with the caller
-        pid = os.fork()
-        if pid:
-            os.write(w, str(pid).encode())
-            os._exit(0)
-        log = os.open(os.path.join(d, "server.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.execv("/bin/sh", ["sh", os.path.join(d, "launch.sh")])
-    os.close(w)
-    os.waitpid(mid, 0)
-    pid = int(os.read(r, 32) or 0)
+    pid = detach(["/bin/sh", os.path.join(d, "launch.sh")], os.path.join(d, "server.log"))
     state = {"status": "starting", "pid": pid, "pgid": os.getpgid(pid), "start": start_time(pid),
              "config_hash": config_hash, "started_at": time.time(), "supervisor": "process"}
     save_state(d, state)
@@ -273,6 +286,79 @@ def cmd_live(d, mark=True):
     return {"alive": False, "pid": state.get("pid"), "log_tail": log_tail(d, 10)}
 
 
+def kill_group(run, grace=5.0):
+    """TERM then KILL the process group of a run we started (its pid and start time still match)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not alive(run):
+            return
+        try:
+            os.killpg(run["pgid"], sig)
+        except ProcessLookupError:
+            return
+        end = time.monotonic() + grace
+        while alive(run) and time.monotonic() < end:
+            time.sleep(0.02)
+
+
+def cmd_bench(d, name, opts):
+    """Benchmark NAME against the running server: started once per key (runner argv + config hash), detached,
+    so a dropped connection or a re-run attaches to it instead of starting another; waits up to budget_s.
+    Output: bench/NAME.log, bench/NAME.jsonl (the runner's --output-file), bench/NAME.run.json (the run)."""
+    bdir = os.path.join(d, "bench")
+    os.makedirs(bdir, mode=0o700, exist_ok=True)
+    paths = {ext: os.path.join(bdir, f"{name}.{ext}") for ext in ("log", "jsonl", "rc", "run.json")}
+    try:
+        run = json.loads(read(paths["run.json"], "{}") or "{}")
+    except ValueError:
+        run = {}
+    if opts.get("stop"):
+        if run.get("key") == opts["key"]:
+            kill_group(run)
+        return {"stopped": True}
+    if run.get("key") != opts["key"] or run.get("collected"):
+        if alive(run):  # an older benchmark of ours still loads the server: it would skew this one
+            kill_group(run)
+        state = load_state(d)
+        if not alive(state):
+            return {"error": f"the server is not running ({state.get('status', 'never started')}); nothing to benchmark"}
+        if state.get("config_hash") != opts["config_hash"]:
+            return {"error": f"the server runs config {state.get('config_hash')}, not {opts['config_hash']} "
+                             f"(changed by another deploy?); not benchmarking"}
+        code, info = http(d, opts["port"], "/get_server_info", timeout=10.0)
+        if code != 200 or not isinstance(info, dict):
+            return {"error": f"/get_server_info answered {code}: {str(info)[:200]}"}
+        for p in (paths["jsonl"], paths["rc"]):
+            if os.path.exists(p):
+                os.remove(p)
+        env = dict(os.environ, SPECOPS_BENCH_RC=paths["rc"])
+        key = secret(d, "SPECOPS_SECRET_API_KEY")
+        if key:
+            env["OPENAI_API_KEY"] = key  # how sglang.bench_serving authenticates; never on a command line
+        with open(paths["log"], "a") as fh:
+            fh.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(opts['argv'])}\n")
+        argv = ["/bin/sh", "-c", 'rc=0; "$@" || rc=$?; echo "$rc" > "$SPECOPS_BENCH_RC"', "sh",
+                *opts["argv"], "--output-file", paths["jsonl"]]
+        pid = detach(argv, paths["log"], env)
+        run = {"key": opts["key"], "pid": pid, "pgid": pid, "start": start_time(pid), "started_at": time.time(),
+               "config_hash": opts["config_hash"], "server_info": strip_secrets(info)}
+        save_json(paths["run.json"], run)
+    end = time.monotonic() + opts["budget_s"]
+    while alive(run) and time.monotonic() < end:
+        time.sleep(0.05)
+    tail = (read(paths["log"], "") or "").splitlines()[-20:]
+    rc = read(paths["rc"])
+    if alive(run):
+        return {"done": False, "elapsed_s": time.time() - run["started_at"], "last_line": tail[-1] if tail else ""}
+    lines = (read(paths["jsonl"], "") or "").splitlines()
+    try:
+        result = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        result = None
+    save_json(paths["run.json"], {**run, "collected": True})
+    return {"done": True, "rc": int(rc) if rc and rc.strip().isdigit() else None, "result": result,
+            "server_info": run["server_info"], "elapsed_s": time.time() - run["started_at"], "log_tail": tail}
+
+
 def main(argv):
     cmd, d = argv[0], argv[1]
     if cmd == "status":
@@ -290,6 +376,8 @@ def main(argv):
         out = cmd_live(d, mark=argv[2:] != ["peek"])
     elif cmd == "wait":
         out = cmd_wait(d, int(argv[2]), json.loads(argv[3]))
+    elif cmd == "bench":
+        out = cmd_bench(d, argv[2], json.loads(argv[3]))
     else:
         raise SystemExit(f"unknown command {cmd}")
     sys.stdout.write(json.dumps(out) + "\n")

@@ -1,0 +1,69 @@
+"""Remote side of the host lock: ``python3 -c <this file> acquire PATH OWNER_JSON TTL_S [BREAK_ID]`` or
+``release PATH OWNER_ID``; prints one JSON document.
+
+The lease (PATH, JSON, 0600) names the specops run that holds the host: its id, controller, pid, what it does, and
+when it expires. flock on PATH.flock is held only while the lease is read and written, never across commands, so a
+run that dies leaves a lease that expires (or is broken by its own controller, which can see the run is gone).
+"""
+import fcntl
+import json
+import os
+import sys
+import time
+
+
+def read_lease(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def write_lease(path, lease):
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(lease, fh)
+    os.replace(tmp, path)
+
+
+def acquire(path, me, ttl, break_id=None):
+    now = time.time()
+    held = read_lease(path)
+    mine = bool(held) and held.get("id") == me["id"]
+    if held and not mine and held.get("expires_at", 0) > now and held.get("id") != break_id:
+        return {"acquired": False, "holder": held, "now": now}
+    lease = {**me, "acquired_at": held["acquired_at"] if mine else now, "expires_at": now + ttl}
+    write_lease(path, lease)
+    took = None if mine or not held else {**held, "why": "broken" if held.get("id") == break_id else "expired"}
+    return {"acquired": True, "took_over": took, "fresh": not mine}
+
+
+def release(path, owner_id):
+    held = read_lease(path)
+    if held and held.get("id") == owner_id:
+        os.remove(path)
+        return {"released": True}
+    return {"released": False, "holder": held}
+
+
+def main(argv):
+    cmd, path = argv[0], argv[1]
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd = os.open(path + ".flock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if cmd == "acquire":
+            out = acquire(path, json.loads(argv[2]), float(argv[3]), argv[4] if len(argv) > 4 else None)
+        elif cmd == "release":
+            out = release(path, argv[2])
+        else:
+            raise SystemExit(f"unknown command {cmd}")
+    finally:
+        os.close(fd)
+    sys.stdout.write(json.dumps(out) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

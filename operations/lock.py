@@ -1,0 +1,150 @@
+"""The host lock: one specops run at a time changes a host.
+
+Every operation that changes a host (``server.running``, ``server.stopped``, ``gpu.idle`` when it signals,
+``multinode.running``, ``sweep.benchmarked``) first takes the host's lease, ``<state dir>/.specops-lock.json``
+(host data ``specops_state_dir``, default /var/lib/specops). The lease belongs to the run (one pyinfra
+invocation), not to one operation, so a second deploy cannot slip in between a sweep's server start and its
+benchmark; each operation renews it for as long as it may take. The run releases it after its last operation.
+
+A second run meanwhile waits (host data ``specops_lock_wait_s``, default 300 s; a progress line every 10 s,
+naming the holder) and then fails that host, touching nothing. A run that died (Ctrl-C, lost controller) leaves
+its lease until it expires; when the next run comes from the same controller and the holder's pid is gone, the
+lease is broken at once and that is said.
+"""
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import posixpath
+import socket
+import time
+import uuid
+
+from pyinfra.api import FunctionCommand
+from pyinfra.api.state import BaseStateCallback
+
+from . import report
+from .remote import host_python, python_script
+from .remote_common import start_time
+from .waiting import RealClock
+
+DEFAULT_STATE_DIR = "/var/lib/specops"
+LEASE = ".specops-lock.json"
+_runs: dict[int, "_Run"] = {}  # id(state) -> this run's identity and the hosts it holds
+
+
+class _Run(BaseStateCallback):
+    """This run's owner identity; releases every lease it holds when the run's last operation ends."""
+
+    def __init__(self, state):
+        self.state = state
+        self.owner = {"id": uuid.uuid4().hex, "controller": socket.gethostname(), "pid": os.getpid(),
+                      "pid_start": start_time(os.getpid()), "user": _user(), "started_at": time.time()}
+        self.held: dict[str, str] = {}  # host name -> python used there
+
+    def operation_end(self, state, op_hash):
+        order = state.get_op_order()
+        if order and op_hash == order[-1]:
+            release_all(state)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def run_of(state) -> _Run:
+    run = _runs.get(id(state))
+    if run is None or run.state is not state:
+        run = _runs[id(state)] = _Run(state)
+        if hasattr(state, "add_callback_handler"):
+            state.add_callback_handler(run)
+    return run
+
+
+def lease_path(on_host) -> str:
+    return posixpath.join(on_host.data.get("specops_state_dir") or DEFAULT_STATE_DIR, LEASE)
+
+
+def acquired(what: str, ttl_s: float, python: str | None = None) -> FunctionCommand:
+    """The command that takes (or renews) this run's lease on the host before ``what`` changes it."""
+    return FunctionCommand(_acquire, (what, float(ttl_s), python), {})
+
+
+def _ctl(host, python: str, *args: str) -> dict:
+    ok, out = host.run_shell_command(python_script(python, "host_lock.py", *args))
+    try:
+        return json.loads("\n".join(out.stdout_lines))
+    except ValueError:
+        return {"error": " ".join(out.stderr_lines[-3:]) or "no output"}
+
+
+def describe(holder: dict, now: float) -> str:
+    since = time.strftime("%H:%M:%S", time.localtime(holder.get("acquired_at", now)))
+    return (f"{holder.get('user')}@{holder.get('controller')} pid {holder.get('pid')} ({holder.get('what')}), "
+            f"since {since}, lease expires in {max(0, holder.get('expires_at', now) - now):.0f} s")
+
+
+def _gone_here(holder: dict, me: dict) -> bool:
+    """The holder is a run on this controller whose process has ended: its lease can be broken now."""
+    return (holder.get("controller") == me["controller"] and holder.get("pid") != me["pid"]
+            and start_time(holder.get("pid") or 0) != holder.get("pid_start"))
+
+
+def _acquire(state, host, what: str, ttl_s: float, python: str | None) -> bool:
+    run = run_of(state)
+    python = host_python(python, host)
+    me = {**run.owner, "what": what}
+    wait_s = float(host.data.get("specops_lock_wait_s", 300))
+    clock, path, breaking = RealClock(), lease_path(host), None
+    start, shown = clock.now(), None
+    while True:
+        args = ["acquire", path, json.dumps(me), str(ttl_s)] + ([breaking] if breaking else [])
+        doc = _ctl(host, python, *args)
+        if doc.get("acquired"):
+            run.held[host.name] = python
+            took = doc.get("took_over")
+            if took:
+                report.log(host, f"lock: took over the lease of {describe(took, time.time())}: "
+                                 f"{'its run has ended' if took['why'] == 'broken' else 'it had expired'}")
+            elif doc.get("fresh") and shown is not None:
+                report.log(host, f"lock: acquired after {clock.now() - start:.0f} s")
+            return True
+        holder = doc.get("holder")
+        if holder is None:
+            report.error(host, f"lock: cannot take the host lease {path}: {doc.get('error')}")
+            return False
+        if _gone_here(holder, me) and breaking != holder.get("id"):
+            breaking = holder.get("id")
+            continue
+        waited = clock.now() - start
+        if waited >= wait_s:
+            report.error(host, f"{what}: another specops run holds this host: {describe(holder, doc['now'])}; "
+                               f"waited {waited:.0f} s, nothing changed here. Run again when it is done (or, if "
+                               f"that run is gone, when its lease expires, or remove {path})")
+            return False
+        if shown is None or clock.now() - shown >= 10:
+            shown = clock.now()
+            report.log(host, f"lock: waiting for another specops run: {describe(holder, doc['now'])} "
+                             f"({waited:.0f} of {wait_s:.0f} s)")
+        clock.sleep(min(1.0, max(0.0, wait_s - waited)))
+
+
+def release_all(state) -> None:
+    """Release every lease this run holds (after its last operation)."""
+    run = _runs.get(id(state))
+    if run is None:
+        return
+    for name, python in list(run.held.items()):
+        on_host = state.inventory.get_host(name)
+        try:
+            doc = _ctl(on_host, python, "release", lease_path(on_host), run.owner["id"])
+        except Exception as exc:  # a host that went away keeps the lease until it expires
+            doc = {"error": f"{type(exc).__name__}: {exc}"}
+        if doc.get("released"):
+            run.held.pop(name)
+        elif "error" in doc:
+            report.log(on_host, f"lock: could not release the host lease ({doc['error']}); it expires by itself")
