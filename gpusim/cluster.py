@@ -267,6 +267,7 @@ class SimCluster:
             "specops_python": sys.executable,
             "specops_state_dir": f"{node}/servers",
             "specops_launchers": {"sglang": [f"{node}/bin/sglang-launch-server"]},
+            "specops_bench_runner": [f"{node}/bin/sglang-bench-serving"],
             "gpu_count": self.gpus,
         }
         return [[n.address, dict(data)] for n in self.nodes]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpusim.host import SimHost
 
@@ -66,6 +68,34 @@ def sim_smi_only(tmp_path):
     host = SimHost.create(tmp_path / "host", 4, nvml=False, release_delay_s=0.5)
     yield host
     host.cleanup()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server_sim(sim):
+    sim.configure(server_start_s=0.4)
+    return sim
+
+
+@pytest.fixture
+def configs(tmp_path):
+    """The shipped configs, copied with a free port (tests never share a port with anything else)."""
+    port = free_port()
+    out = {}
+    for name in ("eagle3-llama3.1-8b", "baseline-llama3.1-8b"):
+        data = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
+        data["port"] = port
+        data["specops"]["ready_timeout_s"] = 30
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        out[name] = path
+    out["port"] = port
+    return out
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")

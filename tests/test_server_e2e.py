@@ -9,37 +9,9 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import REPO, needs_root, run_pyinfra
+from conftest import REPO, free_port, needs_root, run_pyinfra
 from gpusim.ledger import proc_start_time
 from test_gpusim import wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def server_sim(sim):
-    sim.configure(server_start_s=0.4)
-    return sim
-
-
-@pytest.fixture
-def configs(tmp_path):
-    """The shipped configs, copied with a free port (tests never share a port with anything else)."""
-    port = free_port()
-    out = {}
-    for name in ("eagle3-llama3.1-8b", "baseline-llama3.1-8b"):
-        data = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
-        data["port"] = port
-        data["specops"]["ready_timeout_s"] = 30
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(data))
-        out[name] = path
-    out["port"] = port
-    return out
 
 
 def converge(sim, config, *args):

@@ -1,0 +1,124 @@
+"""Two specops runs at once on one host: the host lease (operations/lock.py, operations/host_lock.py)."""
+import getpass
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+
+from conftest import REPO, pyinfra_argv
+from operations.remote import script_text
+from test_gpusim import wait_for
+
+
+def lease_file(sim):
+    return sim.root / "servers" / ".specops-lock.json"
+
+
+def start(sim, *args) -> subprocess.Popen:
+    return subprocess.Popen(pyinfra_argv("sim.py", "deploy.py", args), cwd=REPO, env=sim.env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc, timeout=120):
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def events(sim) -> list[dict]:
+    return [json.loads(line) for line in (sim.root / "timeline.jsonl").read_text().splitlines()]
+
+
+def test_second_deploy_waits_for_the_first_then_converges(server_sim, configs):
+    sim = server_sim
+    sim.configure(server_start_s=2.0)
+    first = start(sim, "--data", f"config={configs['baseline-llama3.1-8b']}")
+    try:
+        wait_for(lambda: lease_file(sim).exists(), timeout=60)
+        lease = json.loads(lease_file(sim).read_text())
+        assert lease["pid"] == first.pid and "baseline-llama3.1-8b" in lease["what"]
+        assert stat.S_IMODE(lease_file(sim).stat().st_mode) == 0o600
+        second = start(sim, "--data", f"config={configs['eagle3-llama3.1-8b']}")
+        rc2, out2 = finish(second)
+    finally:
+        rc1, out1 = finish(first)
+    assert rc1 == 0, out1
+    assert rc2 == 0, out2
+    assert f"lock: waiting for another specops run: {getpass.getuser()}@" in out2 and f"pid {first.pid} (server llm -> config " \
+        "baseline-llama3.1-8b)" in out2, out2
+    assert "lock: acquired after" in out2, out2
+    # the first run's server was verified ready before the second one stopped it: no interleaving
+    seq = [e["event"] for e in events(sim)]
+    assert seq == ["launch", "ready", "term", "exit", "launch", "ready"], seq
+    state = json.loads((sim.root / "servers" / "llm" / "state.json").read_text())
+    assert state["status"] == "running" and state["recorded"]["args"]["speculative_algorithm"] == "EAGLE3"
+    assert not lease_file(sim).exists()  # released at the end of the second run
+
+
+def test_second_deploy_that_may_not_wait_fails_clearly_and_changes_nothing(server_sim, configs):
+    sim = server_sim
+    sim.configure(server_start_s=2.0)
+    baseline = configs["baseline-llama3.1-8b"]
+    first = start(sim, "--data", f"config={baseline}")
+    try:
+        wait_for(lambda: lease_file(sim).exists(), timeout=60)
+        second = start(sim, "--data", f"config={configs['eagle3-llama3.1-8b']}", "--data", "specops_lock_wait_s=0")
+        rc2, out2 = finish(second)
+    finally:
+        rc1, out1 = finish(first)
+    assert rc1 == 0, out1
+    assert rc2 != 0, out2
+    assert "another specops run holds this host" in out2 and "nothing changed here" in out2, out2
+    assert "FAILED @local" in out2, out2
+    assert [e["event"] for e in events(sim)] == ["launch", "ready"]  # the first run's server, untouched
+    again = subprocess.run(pyinfra_argv("sim.py", "deploy.py", ["--data", f"config={baseline}"]), cwd=REPO,
+                           env=sim.env(), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "No changes" in again.stdout + again.stderr, again.stdout + again.stderr
+
+
+def test_lease_of_a_killed_run_is_broken_by_the_next_run_from_the_same_controller(server_sim, configs):
+    sim = server_sim
+    sim.configure(server_start_s=2.0)
+    eagle3 = configs["eagle3-llama3.1-8b"]
+    first = start(sim, "--data", f"config={configs['baseline-llama3.1-8b']}")
+    try:
+        wait_for(lambda: lease_file(sim).exists(), timeout=60)
+    finally:
+        first.send_signal(signal.SIGKILL)  # the controller dies mid-run (a process this test started)
+        finish(first)
+    assert json.loads(lease_file(sim).read_text())["pid"] == first.pid  # left behind
+    second = start(sim, "--data", f"config={eagle3}", "--data", "specops_lock_wait_s=0")
+    rc, out = finish(second)
+    assert rc == 0, out
+    assert f"lock: took over the lease of {getpass.getuser()}@" in out and "its run has ended" in out, out
+    again = start(sim, "--data", f"config={eagle3}")
+    rc, out = finish(again)
+    assert rc == 0 and "No changes" in out, out
+
+
+def host_lock(tmp_path, *args):
+    program = script_text("host_lock.py")
+    out = subprocess.run([sys.executable, "-c", program, *args], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_host_lease_rules(tmp_path):
+    path = str(tmp_path / "state" / ".specops-lock.json")
+    a, b = {"id": "a", "pid": 1}, {"id": "b", "pid": 2}
+    assert host_lock(tmp_path, "acquire", path, json.dumps(a), "60") == {"acquired": True, "took_over": None,
+                                                                       "fresh": True}
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+    refused = host_lock(tmp_path, "acquire", path, json.dumps(b), "60")
+    assert refused["acquired"] is False and refused["holder"]["id"] == "a"
+    renewed = host_lock(tmp_path, "acquire", path, json.dumps(a), "0")  # the holder renews (here: to expire now)
+    assert renewed["acquired"] is True and renewed["fresh"] is False
+    took = host_lock(tmp_path, "acquire", path, json.dumps(b), "60")
+    assert took["acquired"] is True and took["took_over"]["id"] == "a" and took["took_over"]["why"] == "expired"
+    assert host_lock(tmp_path, "release", path, "a")["released"] is False  # only the holder releases
+    broken = host_lock(tmp_path, "acquire", path, json.dumps(a), "60", "b")
+    assert broken["took_over"]["why"] == "broken"
+    assert host_lock(tmp_path, "release", path, "a") == {"released": True}
+    assert not os.path.exists(path)
