@@ -140,7 +140,7 @@ def plot(records: list[dict]) -> bytes:
     from .plot import line_chart
 
     series = {name: sorted(throughput(records, name).items()) for name in configs_of(records)}
-    marks = [(c.at, f"{c.config} crossover") for c in crossovers(records) if c.at]
+    marks = [(c.at, f"{c.config} crossover ~{c.at:.1f}") for c in crossovers(records) if c.at]
     return line_chart(series, title="Output throughput vs concurrency", x_label="max concurrency",
                       y_label="output tok/s", log_x=True, marks=marks)
 

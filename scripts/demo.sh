@@ -37,3 +37,13 @@ pyinfra inventory/sim.py deploy.py --data config=baseline-llama3.1-8b --dry --di
 echo "== 5. switch to the baseline (no OOM: the old server is stopped and its memory proven released first)"
 pyinfra -y inventory/sim.py deploy.py --data config=baseline-llama3.1-8b
 "$smi" --query-compute-apps=pid,process_name,used_gpu_memory --format=csv
+echo "== 6. benchmark sweep, baseline vs EAGLE-3 at concurrency 1..32 (resumable; report with the crossover)"
+results="$GPUSIM_ROOT.sweep-results"
+rm -rf "$results"
+pyinfra -y inventory/sim.py sweep.py --data configs=baseline-llama3.1-8b,eagle3-llama3.1-8b \
+    --data concurrency=1,2,4,8,16,32 --data num_prompts=32 --data input_len=128 --data output_len=32 \
+    --data results="$results" 2>&1 | grep -E "sweep.benchmarked .*tok/s|  [|#] |stops paying|helps|sweep report"
+echo "== 7. the same sweep again: every level has its result, nothing runs"
+pyinfra -y inventory/sim.py sweep.py --data configs=baseline-llama3.1-8b,eagle3-llama3.1-8b \
+    --data concurrency=1,2,4,8,16,32 --data num_prompts=32 --data input_len=128 --data output_len=32 \
+    --data results="$results" 2>&1 | grep -E "up to date|Grand total"

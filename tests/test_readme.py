@@ -26,3 +26,8 @@ def test_main_job_on_a_fresh_copy_converges_and_says_what_it_did(tmp_path):
     assert "~ speculative_num_draft_tokens: 16 -> (unset) (restart)" in out
     assert out.count("config confirmed") == 2
     assert "nvidia-persistenced, 300 MiB" in out.split("== 5.")[-1]  # the protected daemon survived it all
+    sweep = out.split("== 6.")[-1]
+    assert re.search(r"eagle3-llama3\.1-8b vs baseline-llama3\.1-8b: speculation stops paying at concurrency "
+                     r"~\d+\.\d \(helps at c=\d+, not at c=\d+\)", sweep), sweep
+    assert sweep.count("sweep.benchmarked") == 12 and "throughput.png" in sweep
+    assert re.search(r"Grand total\s+1\s+-\s+-\s+1", sweep.split("== 7.")[-1]), sweep  # the re-run: no change
