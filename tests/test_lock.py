@@ -30,24 +30,28 @@ def events(sim) -> list[dict]:
     return [json.loads(line) for line in (sim.root / "timeline.jsonl").read_text().splitlines()]
 
 
+def second_during_first(sim, first_config, *second_args):
+    """Start a deploy and, once it holds the host lease, a second one; the lease then, both (rc, output)."""
+    first = start(sim, "--data", f"config={first_config}")
+    try:
+        wait_for(lambda: lease_file(sim).exists(), timeout=60)
+        lease = {**json.loads(lease_file(sim).read_text()), "mode": stat.S_IMODE(lease_file(sim).stat().st_mode)}
+        second = finish(start(sim, *second_args))
+    finally:
+        done = finish(first)
+    return lease, done, second
+
+
 def test_second_deploy_waits_for_the_first_then_converges(server_sim, configs):
     sim = server_sim
     sim.configure(server_start_s=2.0)
-    first = start(sim, "--data", f"config={configs['baseline-llama3.1-8b']}")
-    try:
-        wait_for(lambda: lease_file(sim).exists(), timeout=60)
-        lease = json.loads(lease_file(sim).read_text())
-        assert lease["pid"] == first.pid and "baseline-llama3.1-8b" in lease["what"]
-        assert stat.S_IMODE(lease_file(sim).stat().st_mode) == 0o600
-        second = start(sim, "--data", f"config={configs['eagle3-llama3.1-8b']}")
-        rc2, out2 = finish(second)
-    finally:
-        rc1, out1 = finish(first)
+    lease, (rc1, out1), (rc2, out2) = second_during_first(sim, configs["baseline-llama3.1-8b"],
+                                                          "--data", f"config={configs['eagle3-llama3.1-8b']}")
+    assert "baseline-llama3.1-8b" in lease["what"] and lease["mode"] == 0o600, lease
     assert rc1 == 0, out1
     assert rc2 == 0, out2
-    assert f"lock: waiting for another specops run: {getpass.getuser()}@" in out2 and f"pid {first.pid} (server llm -> config " \
-        "baseline-llama3.1-8b)" in out2, out2
-    assert "lock: acquired after" in out2, out2
+    holder = f"{getpass.getuser()}@{lease['controller']} pid {lease['pid']} (server llm -> config baseline-llama3.1-8b)"
+    assert f"lock: waiting for another specops run: {holder}" in out2 and "lock: acquired after" in out2, out2
     # the first run's server was verified ready before the second one stopped it: no interleaving
     seq = [e["event"] for e in events(sim)]
     assert seq == ["launch", "ready", "term", "exit", "launch", "ready"], seq
@@ -60,21 +64,15 @@ def test_second_deploy_that_may_not_wait_fails_clearly_and_changes_nothing(serve
     sim = server_sim
     sim.configure(server_start_s=2.0)
     baseline = configs["baseline-llama3.1-8b"]
-    first = start(sim, "--data", f"config={baseline}")
-    try:
-        wait_for(lambda: lease_file(sim).exists(), timeout=60)
-        second = start(sim, "--data", f"config={configs['eagle3-llama3.1-8b']}", "--data", "specops_lock_wait_s=0")
-        rc2, out2 = finish(second)
-    finally:
-        rc1, out1 = finish(first)
+    _, (rc1, out1), (rc2, out2) = second_during_first(sim, baseline, "--data", f"config={configs['eagle3-llama3.1-8b']}",
+                                                      "--data", "specops_lock_wait_s=0")
     assert rc1 == 0, out1
     assert rc2 != 0, out2
     assert "another specops run holds this host" in out2 and "nothing changed here" in out2, out2
     assert "FAILED @local" in out2, out2
     assert [e["event"] for e in events(sim)] == ["launch", "ready"]  # the first run's server, untouched
-    again = subprocess.run(pyinfra_argv("sim.py", "deploy.py", ["--data", f"config={baseline}"]), cwd=REPO,
-                           env=sim.env(), capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0 and "No changes" in again.stdout + again.stderr, again.stdout + again.stderr
+    rc, out = finish(start(sim, "--data", f"config={baseline}"))
+    assert rc == 0 and "No changes" in out, out
 
 
 def test_lease_of_a_killed_run_is_broken_by_the_next_run_from_the_same_controller(server_sim, configs):
@@ -88,12 +86,10 @@ def test_lease_of_a_killed_run_is_broken_by_the_next_run_from_the_same_controlle
         first.send_signal(signal.SIGKILL)  # the controller dies mid-run (a process this test started)
         finish(first)
     assert json.loads(lease_file(sim).read_text())["pid"] == first.pid  # left behind
-    second = start(sim, "--data", f"config={eagle3}", "--data", "specops_lock_wait_s=0")
-    rc, out = finish(second)
+    rc, out = finish(start(sim, "--data", f"config={eagle3}", "--data", "specops_lock_wait_s=0"))
     assert rc == 0, out
     assert f"lock: took over the lease of {getpass.getuser()}@" in out and "its run has ended" in out, out
-    again = start(sim, "--data", f"config={eagle3}")
-    rc, out = finish(again)
+    rc, out = finish(start(sim, "--data", f"config={eagle3}"))
     assert rc == 0 and "No changes" in out, out
 
 
