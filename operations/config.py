@@ -80,6 +80,15 @@ class ServerConfig:
 
     # an env var that is secret but not passed as a flag still needs exporting from secrets.env
 
+    def redact(self, text: str) -> str:
+        """``text`` with every secret value of this config replaced by ``<secret>`` (for server log lines, which
+        may echo the server's own arguments or environment)."""
+        values = {str(v) for k, v in self.args.items() if self.is_secret(k) and v not in (None, "")}
+        values |= {str(v) for k, v in self.env.items() if self.is_secret(k) and v != ""}
+        for value in sorted(values, key=len, reverse=True):
+            text = text.replace(value, "<secret>")
+        return text
+
     def masked_args(self) -> dict:
         return {k: "<secret>" if self.is_secret(k) and v is not None else v for k, v in self.args.items()}
 
@@ -137,6 +146,55 @@ def _resolve_env_refs(value, where: str, issues: list[Issue], environ):
     return _ENV_REF.sub(sub, value)
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _specops_value_issues(meta: dict) -> list[Issue]:
+    """Types of the specops section's values (a wrong one would otherwise surface as a traceback, or worse)."""
+    issues = []
+
+    def bad(key, message):
+        issues.append(Issue(f"specops.{key}", message))
+
+    for key, low, optional in (("ready_timeout_s", 0, False), ("stop_grace_s", 0, False),
+                               ("min_accept_length", 0, True)):
+        if key not in meta or (optional and meta[key] is None):
+            continue
+        value = meta[key]
+        if not _is_number(value) or value < low or (key == "ready_timeout_s" and value == 0):
+            bad(key, f"must be a number {'>' if key == 'ready_timeout_s' else '>='} {low}, got {value!r}")
+    for key in ("prompt", "name"):
+        if key in meta and not (isinstance(meta[key], str) and meta[key]):
+            bad(key, f"must be a non-empty string, got {meta[key]!r}")
+    env = meta.get("env")
+    if env is not None and not isinstance(env, dict):
+        bad("env", f"must be a mapping of NAME: value, got {type(env).__name__}")
+    elif env:
+        for k, v in env.items():
+            if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+                bad(f"env.{k}", f"must be a string or a number, got {type(v).__name__}")  # no value: may be secret
+    launcher = meta.get("launcher")
+    if launcher is not None and not (
+            (isinstance(launcher, str) and launcher.split())
+            or (isinstance(launcher, list) and launcher and all(isinstance(a, str) and a for a in launcher))):
+        bad("launcher", f"must be a command: a string or a non-empty list of strings, got {launcher!r}")
+    secret_fields = meta.get("secret_fields")
+    if secret_fields is not None and not (isinstance(secret_fields, list)
+                                          and all(isinstance(f, str) for f in secret_fields)):
+        bad("secret_fields", f"must be a list of field names, got {secret_fields!r}")
+    gpus = meta.get("gpus")
+    if gpus is not None and not (isinstance(gpus, list) and gpus and all(_is_number(g) and int(g) == g and g >= 0
+                                                                         for g in gpus)
+                                 and len(set(gpus)) == len(gpus)):
+        bad("gpus", f"must be a list of distinct GPU indices (integers >= 0), got {gpus!r}")
+    return issues
+
+
+def _field(name: str) -> str:
+    return name.replace("_", "-")
+
+
 def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) -> ServerConfig:
     """Build a config from a parsed YAML mapping; raises ConfigError listing every problem found here."""
     environ = os.environ if environ is None else environ
@@ -144,11 +202,21 @@ def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) 
     if not isinstance(data, dict):
         raise ConfigError([Issue("<file>", f"{source}: expected a mapping of flags, got {type(data).__name__}")])
     meta = data.get("specops") or {}
+    if not isinstance(meta, dict):
+        issues.append(Issue("specops", f"must be a mapping of specops keys, got {type(meta).__name__}"))
+        meta = {}
     unknown = set(meta) - SPECOPS_KEYS
     issues += [Issue(f"specops.{k}", f"unknown specops key (known: {', '.join(sorted(SPECOPS_KEYS))})")
-               for k in sorted(unknown)]
+               for k in sorted(unknown, key=str)]
+    value_issues = _specops_value_issues(meta)
+    issues += value_issues
+    invalid = {i.field[len("specops."):] for i in value_issues}  # these fall back to defaults below
+    meta = {k: v for k, v in meta.items() if k not in invalid}
+    if isinstance(meta.get("env"), dict):
+        meta["env"] = {k: v for k, v in meta["env"].items() if f"env.{k}" not in invalid}
     engine = meta.get("engine", "sglang")
-    if engine not in ENGINES:
+    engine_known = engine in ENGINES
+    if not engine_known:
         issues.append(Issue("specops.engine", f"{engine!r} is not one of {ENGINES}"))
         engine = "sglang"
     from .engines import engine_for  # late: engines import this module
@@ -171,14 +239,22 @@ def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) 
     if isinstance(launcher, str):
         launcher = tuple(launcher.split())
     gpus = meta.get("gpus")
-    if issues:
-        raise ConfigError(issues)
-    return ServerConfig(
+    cfg = ServerConfig(
         name=str(meta.get("name", name)), engine=engine, args=args, env=env,
         secret_fields=frozenset(meta.get("secret_fields") or ()) | from_env, launcher=tuple(launcher),
         min_accept_length=meta.get("min_accept_length"), ready_timeout_s=float(meta.get("ready_timeout_s", 900)),
         prompt=str(meta.get("prompt", ServerConfig.prompt)), stop_grace_s=float(meta.get("stop_grace_s", 30)),
-        gpus=tuple(gpus) if gpus is not None else None, source=source)
+        gpus=tuple(int(g) for g in gpus) if gpus is not None else None, source=source)
+    if issues:
+        # list every error in one go: the engine's rules that need no host (flags, types, speculative settings,
+        # ports) too, except on fields already reported here (an unset ${VAR} is not also "required")
+        if engine_known:
+            from .engines import validate
+
+            seen = {_field(i.field) for i in issues}
+            issues += [i for i in validate(cfg) if _field(i.field) not in seen]
+        raise ConfigError(issues)
+    return cfg
 
 
 def configs_dir() -> Path:

@@ -223,7 +223,7 @@ def _await_worker(state, host, plan: GroupPlan, me: Member) -> bool:
         report.log(host, f"multinode.running: {me.label} alive (pid {doc.get('pid')}), group {plan.group} "
                          f"ready", fg="green")
         return True
-    tail = "\n".join(f"    {line}" for line in doc.get("log_tail") or [])
+    tail = "\n".join(f"    {me.cfg.redact(line)}" for line in doc.get("log_tail") or [])
     report.error(host, f"multinode.running: {me.label} exited after rank 0 became ready\n"
                        f"  last lines of the server log:\n{tail}")
     return False

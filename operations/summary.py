@@ -33,12 +33,27 @@ class RunSummary(BaseStateCallback):
         everyone = [h.name for h in state.inventory]
         activated = {h.name for h in state.activated_hosts}
         unreachable = [name for name in everyone if name not in activated]
-        failed = [name for name in everyone if name in self.errors]
-        fine = [name for name in everyone if name in activated and name not in self.errors]
+        unfinished = self._unfinished() if state.is_executing else {}
+        failed = [name for name in everyone if name in self.errors or name in unfinished]
+        fine = [name for name in everyone if name in activated and name not in failed]
         out = [f"converged: {len(fine)} host(s)" + (f" ({', '.join(fine)})" if 0 < len(fine) <= 8 else "")]
-        out += [f"FAILED {name}: {'; '.join(self.errors[name])}" for name in failed]
+        out += [f"FAILED {name}: {'; '.join(self.errors[name])}" if name in self.errors else
+                f"FAILED {name}: {unfinished[name]} (did not finish: the run stopped on the error printed above)"
+                for name in failed]
         out += [f"UNREACHABLE {name}: could not connect (the error is printed above); nothing was done there"
                 for name in unreachable]
+        return out
+
+    def _unfinished(self) -> dict[str, str]:
+        """Hosts with an operation that never completed (it raised, e.g. a config error found on the host, so
+        pyinfra reported no host error for it): host -> that operation's name."""
+        out = {}
+        for h in self.state.activated_hosts:
+            for op_hash in self.state.get_op_order():
+                data = self.state.ops.get(h, {}).get(op_hash)
+                if data is not None and not data.operation_meta.is_complete():
+                    out[h.name] = ", ".join(sorted(self.state.get_op_meta(op_hash).names)) or op_hash[:8]
+                    break
         return out
 
     def print(self) -> None:

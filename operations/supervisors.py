@@ -97,4 +97,9 @@ def supervisor_for(kind: str, name: str, state_dir: str, python: str) -> Supervi
         return Supervisor(name, state_dir, python)
     if kind == "systemd":
         return SystemdSupervisor(name, state_dir, python)
-    raise ValueError(f"supervisor must be 'process' or 'systemd', got {kind!r}")
+    from .config import Issue
+    from .errors import ConfigError
+
+    # a config error like the others (listed plainly, before anything runs), not an internal exception
+    raise ConfigError([Issue("supervisor", f"must be 'process' or 'systemd' (host data specops_supervisor), "
+                                           f"got {kind!r}")])
