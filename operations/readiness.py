@@ -99,7 +99,8 @@ def await_ready(read: Callable[[float], dict], cfg: ServerConfig, clock: Clock, 
                    cost=ReadCost(), waited=lambda doc: float(doc.get("waited_s", 0.0)))
     verdict = verdicts[0]
     if verdict is None:
-        verdict = Readiness("timeout", 0.0, (_pending_reason(outcome.value),), tuple(outcome.value.get("log_tail") or ()))
+        verdict = Readiness("timeout", 0.0, (_pending_reason(outcome.value),),
+                            tuple(outcome.value.get("log_tail") or ()))
     # the log may echo the server's arguments (SGLang logs its ServerArgs, api_key included) or environment
     return Readiness(verdict.status, deadline.elapsed(), tuple(map(cfg.redact, verdict.reasons)),
                      tuple(map(cfg.redact, verdict.log_tail)), verdict.accept_length)
