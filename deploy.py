@@ -12,12 +12,17 @@ serve one model together (``multinode.running``), the others each run their own 
 from pyinfra import host, inventory
 
 from operations import gpu, multinode, server
+from operations.config import Issue
+from operations.errors import ConfigError
 
 
 def _indices(value):
     if value is None or isinstance(value, list):
         return value
-    return [int(x) for x in str(value).split(",") if x.strip()]
+    try:
+        return [int(x) for x in str(value).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError([Issue("gpus", f"{value!r}: use comma-separated GPU indices, e.g. 0,1", host.name)]) from None
 
 
 config = host.data.get("config", "eagle3-llama3.1-8b")

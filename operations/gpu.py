@@ -7,6 +7,8 @@ from pyinfra import host, state
 from pyinfra.api import FunctionCommand, operation
 
 from . import lock, report, summary
+from .config import Issue
+from .errors import ConfigError
 from .gpustate import GpuStateFact
 from .idle_converge import Timing, Verdict, blocked_verdict, converge_idle
 from .idle_plan import DEFAULT_PROTECTED, DEFAULT_THRESHOLD_MIB, Selection, plan_idle
@@ -20,6 +22,14 @@ def _fail(message: str) -> FunctionCommand:
         return False
 
     return FunctionCommand(fail, (), {})
+
+
+def timing_of(grace_s, deadline_s, stable_s=0.05, poll_s=0.02, progress_s=2.0) -> Timing:
+    """The wait's timings, or a ConfigError naming this host (before any command: nothing is stopped first)."""
+    try:
+        return Timing(float(grace_s), float(deadline_s), float(stable_s), float(poll_s), float(progress_s))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError([Issue("grace_s/deadline_s", str(exc), host.name)]) from None
 
 
 def as_patterns(value) -> tuple[str, ...] | None:
@@ -68,7 +78,7 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
     python = host_python(python)
     sel = Selection(frozenset(gpus) if gpus is not None else None, as_patterns(users), as_patterns(names) or (),
                     tuple(protected) + tuple(extra_protected), threshold_mib)
-    timing = Timing(grace_s, deadline_s, stable_s, poll_s, progress_s)
+    timing = timing_of(grace_s, deadline_s, stable_s, poll_s, progress_s)
     current = host.get_fact(GpuStateFact, python=python)
     if not current.available:
         yield _fail(f"gpu.idle: cannot read GPUs: {current.error}")

@@ -176,6 +176,8 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
 def stop_and_idle(sup, cfg: ServerConfig, alive: bool, idle: bool, users, grace_s, idle_deadline_s, python):
     """Commands: this run's host lock, the server's 0700 directory, our old server stopped, then (``idle``) its
     GPUs made idle."""
+    if idle:
+        gpu.timing_of(grace_s, idle_deadline_s)  # a bad pair fails here, before the old server is stopped
     yield lock.acquired(f"server {sup.name} -> config {cfg.name}",
                         idle_deadline_s + grace_s + cfg.stop_grace_s + cfg.ready_timeout_s + 600, python)
     yield StringCommand("mkdir", "-p", QuoteString(sup.directory), "&&", "chmod", "700", QuoteString(sup.directory))

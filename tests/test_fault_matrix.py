@@ -385,6 +385,18 @@ def test_6_bad_host_data_is_a_config_error_before_any_host_command(data, fragmen
     assert_untouched(sim, calls, holder, before)
 
 
+def test_6_grace_not_shorter_than_the_idle_deadline_fails_before_the_old_server_is_stopped(server_sim, configs):
+    sim, baseline = server_sim, configs["baseline-llama3.1-8b"]
+    assert converge(sim, baseline).rc == 0
+    pid = json.loads((sim.root / "servers" / "llm" / "state.json").read_text())["pid"]
+    run = converge(sim, configs["eagle3-llama3.1-8b"], "--data", "grace_s=200")
+    assert run.rc != 0 and "grace_s/deadline_s: grace_s (200.0) must be shorter than deadline_s (120.0)" in run.out, run
+    assert "An internal exception occurred" not in run.out, run
+    state = json.loads((sim.root / "servers" / "llm" / "state.json").read_text())
+    assert state["status"] == "running" and state["pid"] == pid and proc_start_time(pid) == state["start"]
+    assert_no_change(converge(sim, baseline))
+
+
 def test_6_python_spy_does_see_a_run_that_contacts_the_host(sim, python_spy):
     """The control for the tests above: the same spy records the calls of a run that does reach the host."""
     spy, calls = python_spy

@@ -31,3 +31,17 @@ def test_main_job_on_a_fresh_copy_converges_and_says_what_it_did(tmp_path):
                      r"~\d+\.\d \(helps at c=\d+, not at c=\d+\)", sweep), sweep
     assert sweep.count("sweep.benchmarked") == 12 and "throughput.png" in sweep
     assert re.search(r"Grand total\s+1\s+-\s+-\s+1", sweep.split("== 7.")[-1]), sweep  # the re-run: no change
+
+
+def test_fault_table_names_only_tests_that_exist():
+    """Each README fault case names tests; every one of them is defined in tests/ (a renamed test breaks this)."""
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("## Faults and bad input"):readme.index("## The GPU host simulator")]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "`" in line]
+    assert len(rows) >= 10, rows
+    source = "".join(p.read_text() for p in (REPO / "tests").glob("test_*.py"))
+    for row in rows:
+        named = re.findall(r"::(test_\w+)", row)
+        assert named, row
+        missing = [n for n in named if f"def {n}(" not in source]
+        assert not missing, (row, missing)
