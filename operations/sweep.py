@@ -46,8 +46,9 @@ class Workload:
             raise ConfigError(issues)
         return cls(concurrency, num_prompts or max(8, 4 * concurrency), input_len, output_len)
 
-    def runner_args(self, port: int, model: str, backend: str = "sglang") -> list[str]:
+    def runner_args(self, port: int, model: str, tokenizer: str, backend: str = "sglang") -> list[str]:
         return ["--backend", backend, "--host", "127.0.0.1", "--port", str(port), "--model", model,
+                "--tokenizer", tokenizer,
                 "--dataset-name", "random", "--random-input-len", str(self.input_len),
                 "--random-output-len", str(self.output_len), "--random-range-ratio", "1.0",
                 "--num-prompts", str(self.num_prompts), "--max-concurrency", str(self.concurrency),
@@ -135,9 +136,11 @@ def benchmarked(config, concurrency: int, results: str = "sweep-results", num_pr
         return
     sup = _supervisor(server_name, None, state_dir, python)
     runner = list(runner or host.data.get("specops_bench_runner") or (python, *DEFAULT_RUNNER))
-    model = str(cfg.args.get("model_path") or cfg.args.get("model") or "")
-    backend = "vllm" if cfg.engine == "vllm" else "sglang"  # vLLM: its OpenAI API (/v1/completions)
-    argv = runner + workload.runner_args(cfg.port, model, backend)
+    weights = str(cfg.args.get("model_path") or cfg.args.get("model") or "")
+    served = cfg.args.get("served_model_name")
+    served = str((served[0] if isinstance(served, (list, tuple)) else served) or weights)
+    backend = "vllm" if cfg.engine == "vllm" else "sglang"  # vLLM: its OpenAI API, by the served name
+    argv = runner + workload.runner_args(cfg.port, served, weights, backend)
     if report.print_plan_now():
         report.log(host, f"sweep.benchmarked: {cfg.name} ({cfg.config_hash}) at concurrency {concurrency}: "
                          f"{workload.num_prompts} prompts, {input_len} in / {output_len} out -> {path}")
