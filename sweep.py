@@ -34,19 +34,19 @@ for config in configs:
     server.check_inventory(config, inventory)  # every config's errors for every host, before anything runs
 
 for config in configs:
-    cfg = server.resolve(config)
+    cfg = sweep.desired(config, host, inventory)
     todo = sweep.pending(results, target, cfg, [sweep.Workload.at(c, int(num_prompts) if num_prompts else None,
                                                                   **workload) for c in levels])
     if not todo:
         continue  # every level measured already for this config: not even started
-    options = dict(config=cfg, users=host.data.get("users"), grace_s=float(host.data.get("grace_s", 10)),
+    options = dict(config=config, users=host.data.get("users"), grace_s=float(host.data.get("grace_s", 10)),
                    idle_deadline_s=float(host.data.get("deadline_s", 120)), _ignore_errors=True)
     if host.data.get("specops_group"):
         multinode.running(**options)
     else:
         server.running(name=f"sweep: server running with config {cfg.name}", **options)
     for w in todo:
-        sweep.benchmarked(name=f"sweep: benchmark {cfg.name} at concurrency {w.concurrency}", config=cfg,
+        sweep.benchmarked(name=f"sweep: benchmark {cfg.name} at concurrency {w.concurrency}", config=config,
                           concurrency=w.concurrency, results=results, num_prompts=w.num_prompts, **workload,
                           _ignore_errors=True)
 

@@ -11,7 +11,7 @@ def host_python(python: str | None = None, on_host=None) -> str:
     ``specops_python``, else python3."""
     from pyinfra import host
 
-    return python or (on_host or host).data.get("specops_python") or "python3"
+    return python or (host if on_host is None else on_host).data.get("specops_python") or "python3"
 
 
 def script_text(name: str) -> str:

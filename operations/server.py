@@ -30,7 +30,7 @@ DEFAULT_STATE_DIR = "/var/lib/specops"
 
 def resolve(config, on_host=None) -> ServerConfig:
     """A ServerConfig, or a config name/path loaded from configs/; the host's launcher override applied."""
-    on_host = on_host or host
+    on_host = host if on_host is None else on_host
     cfg = config if isinstance(config, ServerConfig) else configs.load(str(config))
     launchers = on_host.data.get("specops_launchers") or {}
     if cfg.engine in launchers and cfg.launcher == configs.DEFAULT_LAUNCHER.get(cfg.engine):
@@ -72,7 +72,7 @@ def rank_config_issues(cfg: ServerConfig, on_host, hosts, gpu_count) -> list:
 
 
 def _supervisor(name, supervisor, state_dir, python, on_host=None):
-    on_host = on_host or host
+    on_host = host if on_host is None else on_host
     if not NAME.match(name):
         raise ConfigError([configs.Issue("name", f"{name!r}: use letters, digits, '.', '_' or '-'", on_host.name)])
     kind = supervisor or on_host.data.get("specops_supervisor") or "process"

@@ -59,6 +59,14 @@ class Workload:
                 "output_len": self.output_len}
 
 
+def desired(config, on_host, hosts) -> ServerConfig:
+    """The config as this host runs it (the host's launcher; in a group, its rank's nnodes/node-rank/dist-init-addr):
+    what the server's own config hash is compared with, and what results are keyed by."""
+    from .server import resolve
+
+    return topology.for_rank(resolve(config, on_host), topology.rank_of(on_host, hosts))
+
+
 def target_of(on_host, hosts) -> tuple[str, bool]:
     """(results folder name, whether this host runs the benchmark): a group's rank 0 benchmarks for the group."""
     rank = topology.rank_of(on_host, hosts)
@@ -121,10 +129,10 @@ def benchmarked(config, concurrency: int, results: str = "sweep-results", num_pr
         server.running(config="eagle3-llama3.1-8b")
         sweep.benchmarked(config="eagle3-llama3.1-8b", concurrency=16, results="sweep-results")
     """
-    from .server import _supervisor, resolve
+    from .server import _supervisor
 
     python = host_python(python)
-    cfg = resolve(config)
+    cfg = desired(config, host, state.inventory)
     workload = Workload.at(concurrency, num_prompts, input_len, output_len)
     target, runs_here = target_of(host, state.inventory)
     if not runs_here:
@@ -214,9 +222,7 @@ def reported(results: str = "sweep-results", configs=None, concurrency=None, req
     if not runs_here:
         host.noop(f"sweep report: rank 0 of group {target} writes it")
         return
-    from .server import resolve
-
-    cfgs = [resolve(c) for c in configs or []]
+    cfgs = [desired(c, host, state.inventory) for c in configs or []]
     expected = [(c.name, int(n)) for c in cfgs for n in concurrency or []]
     folder = Path(results) / target
     records = sweep_report.load(folder)

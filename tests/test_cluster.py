@@ -207,3 +207,21 @@ def test_sweep_over_ssh_measures_each_replica_and_releases_each_host_lease(make_
         assert ".specops-lock.json\n" not in out and ".specops-lock.json.flock" in out, out
     again = run_cluster(cluster, *args, deploy="sweep.py")
     assert again.rc == 0 and changed(again) == "-", again
+
+
+def test_sweep_on_a_multinode_group_benchmarks_from_rank_0_under_the_group_name(make_cluster, tmp_path):
+    cluster = make_cluster(2, gpus=8, server_start_s=0.3)
+    results = tmp_path / "results"
+    args = ["--data", "specops_group=llama", "--data", "configs=eagle3-llama3.1-70b-2node", "--data",
+            "concurrency=1,4", "--data", "num_prompts=8", "--data", "input_len=32", "--data", "output_len=16",
+            "--data", f"results={results}"]
+    first = run_cluster(cluster, *args, deploy="sweep.py", timeout=300)
+    assert first.rc == 0, first
+    assert sorted(p.relative_to(results).as_posix() for p in results.glob("*/*/c*.json")) == \
+        ["llama/eagle3-llama3.1-70b-2node/c1.json", "llama/eagle3-llama3.1-70b-2node/c4.json"]
+    doc = json.loads((results / "llama" / "eagle3-llama3.1-70b-2node" / "c1.json").read_text())
+    leader = cluster.nodes[0].address
+    assert doc["host"] == leader and doc["server_info"]["nnodes"] == 2 and doc["server_info"]["node_rank"] == 0
+    assert doc["config"]["hash"] == cluster.server_state(0)["config_hash"]  # rank 0's own config
+    again = run_cluster(cluster, *args, deploy="sweep.py")
+    assert again.rc == 0 and changed(again) == "-", again
