@@ -11,37 +11,26 @@ import os
 import sys
 import time
 
-
-def read_lease(path):
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return None
-
-
-def write_lease(path, lease):
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(lease, fh)
-    os.replace(tmp, path)
+try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
+    from operations.remote_common import load_json, save_json
+except ImportError:
+    pass
 
 
 def acquire(path, me, ttl, break_id=None):
     now = time.time()
-    held = read_lease(path)
+    held = load_json(path)
     mine = bool(held) and held.get("id") == me["id"]
     if held and not mine and held.get("expires_at", 0) > now and held.get("id") != break_id:
         return {"acquired": False, "holder": held, "now": now}
     lease = {**me, "acquired_at": held["acquired_at"] if mine else now, "expires_at": now + ttl}
-    write_lease(path, lease)
+    save_json(path, lease)
     took = None if mine or not held else {**held, "why": "broken" if held.get("id") == break_id else "expired"}
     return {"acquired": True, "took_over": took, "fresh": not mine}
 
 
 def release(path, owner_id):
-    held = read_lease(path)
+    held = load_json(path)
     if held and held.get("id") == owner_id:
         os.remove(path)
         return {"released": True}

@@ -1,5 +1,7 @@
-"""Shared by the remote scripts (probe_gpu, server_ctl, signal_procs): ``remote.python_script`` sends this file
+"""Shared by the remote scripts (probe_gpu, server_ctl, signal_procs, host_lock): ``remote.python_script`` sends this file
 ahead of each script, so on the host they are one self-contained program; locally, scripts import it."""
+import json
+import os
 import re
 
 
@@ -12,6 +14,24 @@ def proc_stat(pid):
         return None
     rest = stat[stat.rindex(")") + 2:].split()  # comm may contain spaces and parentheses
     return {"state": rest[0], "ppid": int(rest[1]), "pgid": int(rest[2]), "sid": int(rest[3]), "start": int(rest[19])}
+
+
+def load_json(path, default=None):
+    """The JSON document at path, or default when it is missing or unreadable."""
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return default
+
+
+def save_json(path, doc):
+    """Atomically (a reader sees the old or the new document, never half), mode 0600."""
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh)
+    os.replace(tmp, path)
 
 
 def start_time(pid):

@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 
 try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
-    from operations.remote_common import masked, start_time
+    from operations.remote_common import load_json, masked, save_json, start_time
 except ImportError:
     pass
 
@@ -41,19 +41,7 @@ def read(path, default=None):
 
 
 def load_state(d):
-    try:
-        return json.loads(read(os.path.join(d, "state.json"), "{}"))
-    except ValueError:
-        return {}
-
-
-def save_json(path, doc):
-    """Atomically (a reader sees the old or the new document, never half), mode 0600."""
-    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(doc, fh)
-    os.replace(tmp, path)
+    return load_json(os.path.join(d, "state.json"), {})
 
 
 def save_state(d, state):
@@ -202,23 +190,31 @@ def cmd_record(d, config_hash, unit):
     return state
 
 
+def signal_group(state, grace, kill_wait):
+    """TERM the process group of something we started (its pid and start time still match), KILL it if it
+    outlives ``grace`` seconds, wait up to ``kill_wait`` for that; the last signal sent ("TERM", "KILL", None)."""
+    sent = None
+    for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, kill_wait)):
+        if not alive(state):
+            break
+        try:
+            os.killpg(state["pgid"], sig)
+        except ProcessLookupError:
+            break  # the group is gone already
+        sent = sig.name[3:]
+        end = time.monotonic() + wait_s
+        while alive(state) and time.monotonic() < end:
+            time.sleep(0.02)
+    return sent
+
+
 def cmd_stop(d, grace, unit=None):
     state = load_state(d)
     out = {"was": state.get("pid") if alive(state) else None, "signal": None}
     if unit:
         subprocess.run(["systemctl", "stop", unit], check=False)
     elif out["was"]:
-        for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(state["pgid"], sig)
-            except ProcessLookupError:
-                break  # the group is gone already
-            out["signal"] = sig.name[3:]
-            end = time.monotonic() + wait_s
-            while alive(state) and time.monotonic() < end:
-                time.sleep(0.02)
-            if not alive(state):
-                break
+        out["signal"] = signal_group(state, grace, 10.0)
         if alive(state):  # e.g. stuck in the driver (D state): say so rather than hang
             out["survivor"] = state["pid"]
     if state:
@@ -286,20 +282,6 @@ def cmd_live(d, mark=True):
     return {"alive": False, "pid": state.get("pid"), "log_tail": log_tail(d, 10)}
 
 
-def kill_group(run, grace=5.0):
-    """TERM then KILL the process group of a run we started (its pid and start time still match)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not alive(run):
-            return
-        try:
-            os.killpg(run["pgid"], sig)
-        except ProcessLookupError:
-            return
-        end = time.monotonic() + grace
-        while alive(run) and time.monotonic() < end:
-            time.sleep(0.02)
-
-
 def cmd_bench(d, name, opts):
     """Benchmark NAME against the running server: started once per key (runner argv + config hash), detached,
     so a dropped connection or a re-run attaches to it instead of starting another; waits up to budget_s.
@@ -307,17 +289,13 @@ def cmd_bench(d, name, opts):
     bdir = os.path.join(d, "bench")
     os.makedirs(bdir, mode=0o700, exist_ok=True)
     paths = {ext: os.path.join(bdir, f"{name}.{ext}") for ext in ("log", "jsonl", "rc", "run.json")}
-    try:
-        run = json.loads(read(paths["run.json"], "{}") or "{}")
-    except ValueError:
-        run = {}
+    run = load_json(paths["run.json"], {})
     if opts.get("stop"):
         if run.get("key") == opts["key"]:
-            kill_group(run)
+            signal_group(run, 5.0, 5.0)
         return {"stopped": True}
     if run.get("key") != opts["key"] or run.get("collected"):
-        if alive(run):  # an older benchmark of ours still loads the server: it would skew this one
-            kill_group(run)
+        signal_group(run, 5.0, 5.0)  # an older benchmark of ours still loading the server would skew this one
         state = load_state(d)
         if not alive(state):
             return {"error": f"the server is not running ({state.get('status', 'never started')}); nothing to benchmark"}

@@ -94,7 +94,7 @@ def test_lease_of_a_killed_run_is_broken_by_the_next_run_from_the_same_controlle
 
 
 def host_lock(tmp_path, *args):
-    program = script_text("host_lock.py")
+    program = script_text("remote_common.py") + "\n" + script_text("host_lock.py")  # as remote.python_script sends it
     out = subprocess.run([sys.executable, "-c", program, *args], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
