@@ -223,15 +223,20 @@ def reported(results: str = "sweep-results", configs=None, concurrency=None, req
         host.noop(f"sweep report: rank 0 of group {target} writes it")
         return
     cfgs = [desired(c, host, state.inventory) for c in configs or []]
-    expected = [(c.name, int(n)) for c in cfgs for n in concurrency or []]
+    expected = [(c.name, c.config_hash, int(n)) for c in cfgs for n in concurrency or []]
     folder = Path(results) / target
     records = sweep_report.load(folder)
-    have = {(r["config"]["name"], r["workload"]["concurrency"]) for r in records
-            if r["config"]["hash"] in {c.config_hash for c in cfgs} or not cfgs}
-    if set(expected) <= have and sweep_report.unchanged(folder, records):
+    if not missing(records, expected) and sweep_report.unchanged(folder, records):
         host.noop(f"sweep report {folder}: up to date ({len(records)} results)")
         return
     yield FunctionCommand(_report, (folder, expected, require_all), {})
+
+
+def missing(records: list[dict], expected: list[tuple]) -> list[str]:
+    """The expected (config name, config hash, concurrency) cells without a result of that config hash
+    (a result measured under an older version of the config does not count), as ``name c=N``."""
+    have = {(r["config"]["name"], r["config"]["hash"], r["workload"]["concurrency"]) for r in records}
+    return [f"{name} c={n}" for name, config_hash, n in expected if (name, config_hash, n) not in have]
 
 
 def _report(state, host, folder: Path, expected: list, require_all: bool) -> bool:
@@ -240,10 +245,9 @@ def _report(state, host, folder: Path, expected: list, require_all: bool) -> boo
     for line in sweep_report.markdown(records).splitlines():
         report.log(host, f"  {line}")
     report.log(host, f"sweep report: {', '.join(str(p) for p in written)}", fg="green")
-    have = {(r["config"]["name"], r["workload"]["concurrency"]) for r in records}
-    missing = [f"{name} c={n}" for name, n in expected if (name, n) not in have]
-    if missing and require_all:
-        report.error(host, f"sweep report: no result for {', '.join(missing)} (failed above); "
+    gaps = missing(records, expected)
+    if gaps and require_all:
+        report.error(host, f"sweep report: no result for {', '.join(gaps)} (failed above); "
                            f"run the sweep again to fill them in")
         return False
     return True

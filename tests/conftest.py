@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -28,6 +29,13 @@ class Run:
 
     def __repr__(self) -> str:  # shown by pytest when an assertion fails
         return f"rc={self.rc} after {self.seconds:.2f}s\n{self.out}"
+
+
+def changed(run: Run) -> int:
+    """Operations that changed something, summed over hosts: the 'Success' column of pyinfra's grand total row."""
+    row = re.search(r"Grand total\s+\d+\s+(\S+)\s+(\S+)\s+(\S+)", run.out)
+    assert row, run
+    return 0 if row.group(1) == "-" else int(row.group(1))
 
 
 def pyinfra_argv(inventory: str, deploy: str, args) -> list[str]:

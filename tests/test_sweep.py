@@ -2,14 +2,13 @@
 stand-in), resumability, a failed config, and the report's arithmetic."""
 import csv
 import json
-import re
 import struct
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO, run_pyinfra
+from conftest import REPO, changed, run_pyinfra
 from operations import config as server_configs
 from operations import sweep_report
 from operations.errors import ConfigError
@@ -23,13 +22,6 @@ def sweep(sim, results, cfgs, *args, levels=LEVELS):
                        "--data", f"concurrency={','.join(map(str, levels))}", "--data", "num_prompts=16",
                        "--data", "input_len=64", "--data", "output_len=24", "--data", f"results={results}",
                        *args, deploy="sweep.py", timeout=300)
-
-
-def changed(run) -> int:
-    """Operations that changed something, from pyinfra's results table (its 'Success' column)."""
-    m = re.search(r"Grand total\s+\d+\s+(\S+)\s+(\S+)\s+(\S+)", run.out)
-    assert m, run
-    return 0 if m.group(1) == "-" else int(m.group(1))
 
 
 def launches(sim) -> list[dict]:
@@ -154,6 +146,14 @@ def record(name, spec, c, tok_s, model="m"):
             "workload": {"concurrency": c, "num_prompts": 8, "input_len": 1, "output_len": 1},
             "result": {"output_throughput": tok_s, "mean_ttft_ms": 1.0, "mean_itl_ms": 2.0,
                        "accept_length": 3.0 if spec else None}}
+
+
+def test_a_result_of_an_older_config_version_is_missing_not_present():
+    from operations.sweep import missing
+
+    rows = [record("spec", True, 1, 150), record("spec", True, 4, 300)]  # hash "spec"
+    assert missing(rows, [("spec", "spec", 1), ("spec", "spec", 4)]) == []
+    assert missing(rows, [("spec", "new0", 1), ("spec", "spec", 4), ("spec", "spec", 16)]) == ["spec c=1", "spec c=16"]
 
 
 def test_crossover_is_interpolated_on_a_log2_scale():
