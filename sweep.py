@@ -8,26 +8,30 @@ ready -> /get_server_info snapshot -> benchmark -> result on the controller; the
 
 Host data (or --data): ``configs`` (names or paths, comma-separated), ``concurrency`` (levels), ``results``
 (controller folder), ``num_prompts`` (per level; default max(8, 4 x concurrency)), ``input_len``,
-``output_len`` (tokens per request), ``grace_s``, ``deadline_s``, ``users`` (as for deploy.py). Resumable: a
+``output_len`` (tokens per request), ``timeout_s`` (per benchmark run, default 3600), ``grace_s``,
+``deadline_s``, ``users`` (as for deploy.py); every value is checked before any host is contacted. Resumable: a
 (config, level) whose result exists for the same config hash and workload is skipped, and a config with nothing
 left is not even started. A config that fails (does not start, or a benchmark fails) does not stop the others;
 the report lists what is missing and the run fails, and the next run fills it in.
 """
 from pyinfra import host, inventory
 
-from operations import multinode, server, sweep
+from operations import hostdata, multinode, server, sweep
 
-
-def _list(value, kind=str):
-    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    return [kind(str(x).strip()) for x in items if str(x).strip()]
-
-
-configs = _list(host.data.get("configs", "baseline-llama3.1-8b,eagle3-llama3.1-8b"))
-levels = _list(host.data.get("concurrency", "1,2,4,8,16,32"), int)
+configs, levels, num_prompts, input_len, output_len, timeout_s, grace_s, deadline_s, users, _ = hostdata.gather(
+    lambda: hostdata.patterns(host, "configs", "baseline-llama3.1-8b,eagle3-llama3.1-8b"),
+    lambda: hostdata.integers(host, "concurrency", "1,2,4,8,16,32", low=1),
+    lambda: hostdata.integer(host, "num_prompts", None, low=1),
+    lambda: hostdata.integer(host, "input_len", 1024, low=1),
+    lambda: hostdata.integer(host, "output_len", 512, low=1),
+    lambda: hostdata.number(host, "timeout_s", 3600, low=1),
+    lambda: hostdata.number(host, "grace_s", 10),
+    lambda: hostdata.number(host, "deadline_s", 120),
+    lambda: hostdata.patterns(host, "users"),
+    lambda: hostdata.lock_wait_s(host),  # read by the host lock later, once the host has been contacted
+)
 results = str(host.data.get("results", "sweep-results"))
-workload = dict(input_len=int(host.data.get("input_len", 1024)), output_len=int(host.data.get("output_len", 512)))
-num_prompts = host.data.get("num_prompts")
+workload = dict(input_len=input_len, output_len=output_len)
 target, _ = sweep.target_of(host, inventory)
 
 for config in configs:
@@ -35,12 +39,10 @@ for config in configs:
 
 for config in configs:
     cfg = sweep.desired(config, host, inventory)
-    todo = sweep.pending(results, target, cfg, [sweep.Workload.at(c, int(num_prompts) if num_prompts else None,
-                                                                  **workload) for c in levels])
+    todo = sweep.pending(results, target, cfg, [sweep.Workload.at(c, num_prompts, **workload) for c in levels])
     if not todo:
         continue  # every level measured already for this config: not even started
-    options = dict(config=config, users=host.data.get("users"), grace_s=float(host.data.get("grace_s", 10)),
-                   idle_deadline_s=float(host.data.get("deadline_s", 120)), _ignore_errors=True)
+    options = dict(config=config, users=users, grace_s=grace_s, idle_deadline_s=deadline_s, _ignore_errors=True)
     if host.data.get("specops_group"):
         multinode.running(**options)
     else:
@@ -48,6 +50,6 @@ for config in configs:
     for w in todo:
         sweep.benchmarked(name=f"sweep: benchmark {cfg.name} at concurrency {w.concurrency}", config=config,
                           concurrency=w.concurrency, results=results, num_prompts=w.num_prompts, **workload,
-                          _ignore_errors=True)
+                          timeout_s=timeout_s, _ignore_errors=True)
 
 sweep.reported(name="sweep: report", results=results, configs=configs, concurrency=levels)

@@ -3,6 +3,8 @@
     python -m gpusim init DIR [--gpus 8] [--mib 143771] [--release-delay 2] [--mig 3] [--no-nvml]
     python -m gpusim hold DIR --gpus 0,1 --mib 70000 [--on-term exit|ignore] [--user nobody]
                                [--name nvidia-persistenced] [--stuck] [--release-delay S]
+                               [--no-device-fds] [--report-pid N] [--pin-child]
+    python -m gpusim gpu DIR --index 0 --memory ok|na|noperm   # memory unreadable: [N/A] (GB10) / no permission
     python -m gpusim ls DIR          # the ledger as JSON
     python -m gpusim reset DIR       # free every allocation (the simulator's GPU reset)
     python -m gpusim driver DIR load|unload
@@ -10,8 +12,14 @@
     python -m gpusim cluster up DIR [--hosts 3] [--gpus 4] [--server-start 1] [--release-delay 0.5]   # root
     python -m gpusim cluster down DIR
 
-``init`` writes DIR/bin/nvidia-smi and DIR/bin/gpusim-snapshot (bound to DIR and this Python) and, unless
---no-nvml, builds DIR/lib/libnvidia-ml.so.1 with gcc. Put DIR/bin first on PATH and DIR/lib on LD_LIBRARY_PATH.
+``init`` writes DIR/bin/nvidia-smi and DIR/bin/gpusim-snapshot (bound to DIR and this Python), the device-file
+stand-ins DIR/dev/nvidia0..N-1, nvidiactl and nvidia-uvm, and, unless --no-nvml, builds DIR/lib/libnvidia-ml.so.1
+with gcc. Put DIR/bin first on PATH and DIR/lib on LD_LIBRARY_PATH.
+
+``hold`` prints {"pid", "watcher", "pgid"} (with --pin-child also "pin_pid", "pin_start"). The holder keeps DIR/dev's
+files for its GPUs open unless --no-device-fds; --report-pid N makes the driver list it as PID N (a driver seen
+from another PID namespace); --pin-child forks an unlisted child in its own session that inherits the device files,
+so the memory stays allocated after the holder dies until that child dies too (then the release delay).
 """
 from __future__ import annotations
 
@@ -50,6 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--user")
     h.add_argument("--stuck", action="store_true", help="memory is never released after the process dies")
     h.add_argument("--release-delay", type=float)
+    h.add_argument("--no-device-fds", action="store_true", help="hold memory but open no device file")
+    h.add_argument("--report-pid", type=int, help="the PID the driver lists for this allocation")
+    h.add_argument("--pin-child", action="store_true",
+                   help="an unlisted child (own session) keeps the device files and the memory after the holder dies")
+    g = sub.add_parser("gpu", help="change one GPU's settings in host.json")
+    g.add_argument("root", type=Path)
+    g.add_argument("--index", type=int, required=True)
+    g.add_argument("--memory", choices=ledger.MEMORY_MODES, required=True,
+                   help="ok; na: memory not reported ([N/A], NVML NOT_SUPPORTED); noperm: [Insufficient Permissions]")
     for name in ("ls", "reset"):
         sub.add_parser(name).add_argument("root", type=Path)
     d = sub.add_parser("driver")
@@ -74,11 +91,18 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "hold":
         try:
             info = holder.hold(root, {g: a.mib for g in a.gpus}, name=a.name, on_term=a.on_term, user=a.user,
-                               stuck=a.stuck, release_delay_s=a.release_delay)
+                               stuck=a.stuck, release_delay_s=a.release_delay, device_fds=not a.no_device_fds,
+                               report_pid=a.report_pid, pin_child=a.pin_child)
         except ledger.OutOfMemory as exc:
             print(f"gpusim: {exc}", file=sys.stderr)
             return 2
         print(json.dumps(info))
+    elif a.cmd == "gpu":
+        try:
+            SimHost(root).configure_gpu(a.index, memory=a.memory)
+        except ValueError as exc:
+            print(f"gpusim: {exc}", file=sys.stderr)
+            return 2
     elif a.cmd == "ls":
         print(json.dumps(ledger.snapshot(root).asdict(), indent=2))
     elif a.cmd == "reset":

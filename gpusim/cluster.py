@@ -266,6 +266,7 @@ class SimCluster:
                      "LD_LIBRARY_PATH": f"{node}/lib"},
             "specops_python": sys.executable,
             "specops_state_dir": f"{node}/servers",
+            "specops_gpu_devices": f"{node}/dev/nvidia*",  # the simulated GPUs' device files (see gpusim/host.py)
             "specops_launchers": {"sglang": [f"{node}/bin/sglang-launch-server"]},
             "specops_bench_runner": [f"{node}/bin/sglang-bench-serving"],
             "gpu_count": self.gpus,

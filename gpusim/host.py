@@ -21,9 +21,15 @@ class Holder:
     watcher: int
     start: int | None
     watcher_start: int | None = None
+    report_pid: int | None = None  # the PID the driver lists instead of ``pid`` (hold(report_pid=...))
+    pin_pid: int | None = None  # the unlisted descendant keeping the memory (hold(pin_child=True))
+    pin_start: int | None = None
 
     def alive(self) -> bool:
         return self.start is not None and ledger.proc_start_time(self.pid) == self.start
+
+    def pin_alive(self) -> bool:
+        return self.pin_start is not None and ledger.proc_start_time(self.pin_pid) == self.pin_start
 
 
 @dataclass
@@ -46,10 +52,18 @@ class SimHost:
         env["GPUSIM_ROOT"] = str(self.root)
         return env
 
+    @property
+    def device_glob(self) -> str:
+        """The device-file pattern of this host (DIR/dev/nvidia*), what product code is given instead of /dev/nvidia*."""
+        return str(self.root.resolve() / "dev" / "nvidia*")  # resolved, as readlink /proc/PID/fd/N shows it
+
     def hold(self, gpus, mib: int, **kwargs) -> Holder:
+        """Start a holder (holder.hold's options: name, on_term, user, stuck, release_delay_s, device_fds,
+        report_pid, pin_child); it is remembered for cleanup()."""
         info = holder.hold(self.root, {g: mib for g in gpus}, **kwargs)
         h = Holder(info["pid"], info["watcher"], ledger.proc_start_time(info["pid"]),
-                   ledger.proc_start_time(info["watcher"]))
+                   ledger.proc_start_time(info["watcher"]), kwargs.get("report_pid"),
+                   info.get("pin_pid"), info.get("pin_start"))
         self.holders.append(h)
         return h
 
@@ -68,6 +82,17 @@ class SimHost:
         host.update(settings)
         ledger.save_host(self.root, host)
 
+    def configure_gpu(self, index: int, **settings) -> None:
+        """Update one GPU's host.json entry, e.g. ``memory="na"`` (ledger.MEMORY_MODES)."""
+        if "memory" in settings and settings["memory"] not in ledger.MEMORY_MODES:
+            raise ValueError(f"memory must be one of {ledger.MEMORY_MODES}")
+        host = json.loads((self.root / "host.json").read_text())
+        gpu = next((g for g in host["gpus"] if g["index"] == index), None)
+        if gpu is None:
+            raise ValueError(f"no GPU {index} on this host")
+        gpu.update(settings)
+        ledger.save_host(self.root, host)
+
     def servers(self) -> list[dict]:
         """state.json of every server started on this host (under DIR/servers, as inventory/sim.py puts them)."""
         out = []
@@ -77,8 +102,8 @@ class SimHost:
         return out
 
     def cleanup(self) -> None:
-        """SIGKILL the holders and watchers this object started, by PID, if they are still those processes;
-        likewise the servers started on this host (recorded with their start time in state.json)."""
+        """SIGKILL the holders, their pinning children and watchers this object started, by PID, if they are still
+        those processes; likewise the servers started on this host (recorded with their start time in state.json)."""
         for server in self.servers():
             pid = server.get("pid")
             if pid and ledger.proc_start_time(pid) == server.get("start"):
@@ -88,6 +113,10 @@ class SimHost:
             if h.alive():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(h.pid, signal.SIGKILL)
+        for h in self.holders:
+            if h.pin_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(h.pin_pid, signal.SIGKILL)
         for h in self.holders:
             if h.watcher_start is not None and ledger.proc_start_time(h.watcher) == h.watcher_start:
                 with contextlib.suppress(ProcessLookupError):

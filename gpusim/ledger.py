@@ -2,14 +2,23 @@
 
 Layout of a host directory (``gpusim init DIR``)::
 
-    DIR/host.json              GPUs (index, uuid, name, total_mib, mig, base_mib), driver version, release delay
+    DIR/host.json              GPUs (index, uuid, name, total_mib, mig, base_mib, memory), driver version, release delay
     DIR/ledger/<pid>-<t>.json  one allocation per process: pid, its /proc start time, MiB per GPU, name
+                               (and optionally report_pid, the PID the driver lists, and pin, a descendant's pid/start)
+    DIR/dev/                   nvidia0..N-1, nvidiactl, nvidia-uvm: empty stand-ins for the device files that CUDA
+                               processes hold open (the simulator never touches the machine's /dev)
     DIR/bin/                   nvidia-smi and gpusim-snapshot stand-ins (put first on PATH)
     DIR/lib/                   libnvidia-ml.so.1 stand-in (put on LD_LIBRARY_PATH)
 
 An allocation counts as a running compute process while its PID is alive with the recorded start time (so a
 reused PID is never mistaken for the holder). When the process dies its memory stays allocated, unlisted, for
 the release delay, the way a real driver tears a CUDA context down; ``stuck`` allocations are never freed.
+A *pinned* allocation (a descendant of the holder still has the device files open) stays allocated, unlisted,
+while that descendant lives, and the release delay counts from the descendant's death.
+
+A GPU's ``memory`` setting says whether its memory can be read: ``ok``, ``na`` (the driver does not report it, as
+on a unified-memory GB10) or ``noperm`` (an unprivileged container on a MIG GPU). Only the reporting changes; the
+ledger still books allocations and refuses what does not fit.
 """
 from __future__ import annotations
 
@@ -23,6 +32,7 @@ import time
 
 DEFAULT_RELEASE_DELAY_S = 2.0
 H200_MIB = 143771
+MEMORY_MODES = ("ok", "na", "noperm")
 
 
 class OutOfMemory(Exception):
@@ -51,11 +61,12 @@ class _Record:
 
 
 class GpuRecord(_Record):
-    __slots__ = ("index", "uuid", "name", "total_mib", "used_mib", "mig", "bus_id")
+    __slots__ = ("index", "uuid", "name", "total_mib", "used_mib", "mig", "bus_id", "memory")  # memory: MEMORY_MODES
 
 
 class ProcRecord(_Record):
-    __slots__ = ("gpu_index", "pid", "used_mib", "name")  # used_mib None where the driver reports [N/A] (MIG)
+    # used_mib None where the driver reports [N/A] (MIG); name None where no local process has that PID
+    __slots__ = ("gpu_index", "pid", "used_mib", "name")
 
 
 class Snapshot(_Record):
@@ -102,7 +113,41 @@ def init_host(root, gpus: int = 8, total_mib: int = H200_MIB, name: str = "NVIDI
         ],
     }
     save_host(root, host)
+    _make_devices(root, gpus)
     return host
+
+
+def device_paths(root, gpus) -> list:
+    """The device files a CUDA process on ``gpus`` holds open, in the order CUDA opens them."""
+    dev = os.path.join(root, "dev")
+    return [os.path.join(dev, "nvidiactl"), os.path.join(dev, "nvidia-uvm")] + \
+        [os.path.join(dev, f"nvidia{i}") for i in sorted(gpus)]
+
+
+def _make_devices(root, gpus: int) -> None:
+    """DIR/dev: plain empty files, world read-writable like the real nodes, one per GPU (stale extra ones removed)."""
+    dev = os.path.join(root, "dev")
+    os.makedirs(dev, exist_ok=True)
+    wanted = device_paths(root, range(gpus))
+    for name in os.listdir(dev):
+        if name.startswith("nvidia") and name[6:].isdigit() and os.path.join(dev, name) not in wanted:
+            os.unlink(os.path.join(dev, name))
+    for path in wanted:
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o666))
+        os.chmod(path, 0o666)  # not subject to the umask
+
+
+def open_devices(root, gpus) -> list:
+    """Open the device files for ``gpus`` (read-write, as CUDA does); the caller keeps the fds for its lifetime."""
+    fds = []
+    try:
+        for path in device_paths(root, gpus):
+            fds.append(os.open(path, os.O_RDWR))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
 
 
 def _atomic_write(path: str, obj: dict) -> None:
@@ -146,8 +191,11 @@ def _entries(root):
 
 
 def allocate(root, pid: int, mib_by_gpu: dict, name: str, *, stuck: bool = False,
-             release_delay_s: float | None = None) -> str:
-    """Record that live process ``pid`` holds memory; raises OutOfMemory if any GPU lacks room."""
+             release_delay_s: float | None = None, report_pid: int | None = None) -> str:
+    """Record that live process ``pid`` holds memory; raises OutOfMemory if any GPU lacks room.
+
+    ``report_pid``: the PID the driver lists instead (a driver seen from another PID namespace reports PIDs that
+    mean nothing, or something else, here); liveness and release still follow ``pid`` and its start time."""
     start = proc_start_time(pid)
     if start is None:
         raise ProcessLookupError(pid)
@@ -164,9 +212,38 @@ def allocate(root, pid: int, mib_by_gpu: dict, name: str, *, stuck: bool = False
                     f"({gpus[idx].total_mib} MiB total, {free} MiB free)")
         entry = {"pid": pid, "start": start, "gpus": {str(k): v for k, v in mib_by_gpu.items()},
                  "name": name, "stuck": stuck, "release_delay_s": release_delay_s, "dead_at": None}
+        if report_pid is not None:
+            entry["report_pid"] = report_pid
         path = os.path.join(root, "ledger", f"{pid}-{start}.json")
         _atomic_write(path, entry)
         return path
+
+
+def set_pin(path: str, pid: int, start: int) -> None:
+    """Record the holder's unlisted descendant that keeps the device files (and so the memory) after it dies.
+
+    Recorded before anyone is told the holder's PID; any death mark made before that is undone, since the
+    countdown only starts once the descendant is gone too."""
+    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+        entry = json.loads(_read(path))
+        entry["pin"] = {"pid": pid, "start": start}
+        entry["dead_at"] = None
+        _atomic_write(path, entry)
+
+
+def _pinned(entry: dict) -> bool:
+    pin = entry.get("pin")
+    return bool(pin) and proc_start_time(pin["pid"]) == pin["start"]
+
+
+def local_name(pid: int) -> str | None:
+    """The name a tool on this host shows for ``pid``: its cmdline's first argument, else its comm; None if no
+    such process (as nvidia-smi resolves names locally, whatever PID namespace the driver reported it from)."""
+    try:
+        arg0 = _read(f"/proc/{pid}/cmdline").split("\0")[0]
+        return arg0 or _read(f"/proc/{pid}/comm").strip()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
 
 
 def mark_dead(path: str, when: float) -> None:
@@ -197,12 +274,12 @@ def snapshot(root, now: float | None = None) -> Snapshot:
     host = load_host(root)
     now = time.time() if now is None else now
     gpus = [GpuRecord(g["index"], g["uuid"], g["name"], g["total_mib"], g.get("base_mib", 0),
-                      g.get("mig", False), g.get("bus_id", "")) for g in host["gpus"]]
+                      g.get("mig", False), g.get("bus_id", ""), g.get("memory", "ok")) for g in host["gpus"]]
     by_index = {g.index: g for g in gpus}
     snap = Snapshot(host["driver"], host["cuda"], gpus, [])
     for path, entry in _entries(root):
         alive = entry["dead_at"] is None and proc_start_time(entry["pid"]) == entry["start"]
-        if not alive:
+        if not alive and not _pinned(entry):
             dead_at = entry["dead_at"]
             if dead_at is None:  # died without its watcher noticing (watcher killed too): count from now
                 mark_dead(path, now)
@@ -219,8 +296,15 @@ def snapshot(root, now: float | None = None) -> Snapshot:
                 continue
             gpu.used_mib += mib
             if alive:
-                snap.procs.append(ProcRecord(gpu.index, entry["pid"], None if gpu.mig else mib, entry["name"]))
+                pid, name = _listed(entry)
+                snap.procs.append(ProcRecord(gpu.index, pid, None if gpu.mig else mib, name))
     return snap
+
+
+def _listed(entry: dict) -> tuple:
+    """(pid, name) as the driver lists the entry: its own, or the reported PID with the name resolved locally."""
+    pid = entry.get("report_pid")
+    return (entry["pid"], entry["name"]) if pid is None else (pid, local_name(pid))
 
 
 def release_all(root) -> int:

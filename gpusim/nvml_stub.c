@@ -4,8 +4,11 @@
  * At init it runs $GPUSIM_SNAPSHOT (default: gpusim-snapshot on PATH) and parses
  * its tab-separated stdout:
  *   driver <ver> <cuda_int>
- *   gpu    <index> <uuid> <name> <total_bytes> <used_bytes> <mig 0|1>
+ *   gpu    <index> <uuid> <name> <total_bytes> <used_bytes> <mig 0|1> [<memory_rc>]
  *   proc   <gpu_index> <pid> <used_bytes|NA> <name...>
+ * memory_rc (default 0) is what nvmlDeviceGetMemoryInfo returns: 3 (NOT_SUPPORTED) where the
+ * driver does not report memory (GB10), 4 (NO_PERMISSION) in an unprivileged MIG container.
+ * An empty proc name means no local process has that PID (nvmlSystemGetProcessName: NOT_FOUND).
  * Only what pynvml (nvidia-ml-py) needs for inventory/process queries is provided;
  * structs match pynvml's ctypes layouts. Build:
  *   gcc -shared -fPIC -O2 -Wall -Wextra -o libnvidia-ml.so.1 nvml_stub.c
@@ -24,6 +27,7 @@ enum {
     NVML_ERROR_UNINITIALIZED = 1,
     NVML_ERROR_INVALID_ARGUMENT = 2,
     NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NO_PERMISSION = 4,
     NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
@@ -45,7 +49,7 @@ typedef struct {
 } nvmlProcessInfo_t;
 
 struct gpu {
-    unsigned int index, mig;
+    unsigned int index, mig, mem_rc;
     char uuid[STR_LEN], name[STR_LEN];
     unsigned long long total, used;
 };
@@ -110,15 +114,15 @@ static nvmlReturn_t take_snapshot(struct snap *s) {
     ssize_t len;
     while ((len = getline(&line, &cap, p)) >= 0) {
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
-        char *f[7];
-        int n = split(line, f, 7);
-        unsigned long long a, b, c, d;
+        char *f[8];
+        int n = split(line, f, 8);
+        unsigned long long a, b, c, d, e = 0;
         if (!strcmp(f[0], "driver") && n >= 3 && parse_uint(f[2], &a)) {
             copy_str(s->driver, f[1]);
             s->cuda = (int)a;
             have_driver = 1;
-        } else if (!strcmp(f[0], "gpu") && n == 7 && s->ngpus < MAX_GPUS && parse_uint(f[1], &a) &&
-                   parse_uint(f[4], &b) && parse_uint(f[5], &c) && parse_uint(f[6], &d)) {
+        } else if (!strcmp(f[0], "gpu") && (n == 7 || (n == 8 && parse_uint(f[7], &e))) && s->ngpus < MAX_GPUS &&
+                   parse_uint(f[1], &a) && parse_uint(f[4], &b) && parse_uint(f[5], &c) && parse_uint(f[6], &d)) {
             struct gpu *g = &s->gpus[s->ngpus++];
             g->index = (unsigned int)a;
             copy_str(g->uuid, f[2]);
@@ -126,10 +130,9 @@ static nvmlReturn_t take_snapshot(struct snap *s) {
             g->total = b;
             g->used = c;
             g->mig = d != 0;
+            g->mem_rc = (unsigned int)e;
         } else if (!strcmp(f[0], "proc") && n >= 5 && parse_uint(f[1], &a) && parse_uint(f[2], &b)) {
-            /* rejoin the name if split() cut it at a tab */
-            if (n > 5) f[5][-1] = '\t';
-            if (n > 6) f[6][-1] = '\t';
+            for (int k = 5; k < n; k++) f[k][-1] = '\t'; /* rejoin the name if split() cut it at a tab */
             if (s->nprocs == proc_cap) {
                 size_t ncap = proc_cap ? proc_cap * 2 : 16;
                 struct proc *np = realloc(s->procs, ncap * sizeof(*np));
@@ -225,6 +228,7 @@ const char *nvmlErrorString(nvmlReturn_t r) {
     case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
     case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
@@ -279,6 +283,7 @@ nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int
     if (!name || !length) return NVML_ERROR_INVALID_ARGUMENT;
     for (unsigned int i = 0; i < g_snap.nprocs; i++)
         if (g_snap.procs[i].pid == pid) { /* NVML truncates process names */
+            if (!g_snap.procs[i].name[0]) return NVML_ERROR_NOT_FOUND; /* listed, but no such local process */
             snprintf(name, length, "%s", g_snap.procs[i].name);
             return NVML_SUCCESS;
         }
@@ -338,10 +343,12 @@ static unsigned long long free_of(const struct gpu *g) {
     return g->used < g->total ? g->total - g->used : 0;
 }
 
+/* Both versions fail alike where memory is unreadable (the GB10 driver answers NOT_SUPPORTED to v1 and v2). */
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m) {
     nvmlReturn_t r = check_dev(d);
     if (r) return r;
     if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->mem_rc) return (nvmlReturn_t)d->mem_rc;
     m->total = d->total;
     m->used = d->used;
     m->free = free_of(d);
@@ -352,6 +359,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m) {
     nvmlReturn_t r = check_dev(d);
     if (r) return r;
     if (!m) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->mem_rc) return (nvmlReturn_t)d->mem_rc;
     m->total = d->total;
     m->reserved = 0;
     m->used = d->used;

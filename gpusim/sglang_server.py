@@ -21,6 +21,10 @@ concurrency (memory-bound steps) and stops paying once verification of the draft
 
 Host settings (DIR/host.json): ``server_start_s`` (default 1.0), ``accept_length`` (override the model below),
 ``decode_step_ms`` (12.0), ``token_slot_ms`` (0.2), ``draft_step_ms`` (1.6), ``prefill_ms_per_1k`` (8.0).
+``accept_length`` is re-read on every /get_server_info, as a real server's running average moves with the workload.
+
+Like a CUDA process, the server keeps DIR/dev/nvidiactl, nvidia-uvm and nvidia<i> of its GPUs open from the moment
+it books its memory until it exits.
 """
 from __future__ import annotations
 
@@ -163,6 +167,7 @@ class Server:
         self.inflight = 0
         self.lock = threading.Lock()
         self.accept = accept_length(args, self.host)
+        self.device_fds: list[int] = []
         self.generated = 0
         self.joined: set[int] = set()
         self.all_joined = threading.Event()
@@ -185,6 +190,10 @@ class Server:
         if len(gpus) < self.args.tp_size * self.args.dp_size // max(1, self.args.nnodes):
             die(f"RuntimeError: not enough GPUs: need {self.args.tp_size * self.args.dp_size}, visible {gpus}")
         total = {g["index"]: g["total_mib"] for g in self.host["gpus"]}
+        try:  # CUDA opens the device files when it creates the context, before the first allocation
+            self.device_fds = ledger.open_devices(self.root, gpus)
+        except OSError as exc:
+            die(f"RuntimeError: CUDA error: no CUDA-capable device is detected ({exc})")
         try:
             ledger.allocate(self.root, os.getpid(), {g: int(total[g] * fraction) for g in gpus}, "python3")
         except ledger.OutOfMemory as exc:
@@ -255,8 +264,19 @@ class Server:
         info.pop("admin_api_key", None)
         states = {"last_gen_throughput": 100.0}
         if self.accept is not None:
-            states["avg_spec_accept_length"] = self.accept
+            states["avg_spec_accept_length"] = self.live_accept()
         return {**info, "server_args": info, "internal_states": [states], "version": "0.5.23"}
+
+    def live_accept(self) -> float:
+        """The reported running average: host.json's ``accept_length`` as it is now (a test lowers it on a running
+        server), else the start-time value. The batching engine and spec_verify_ct keep the start-time value, so
+        a lowered report does not change the modelled throughput."""
+        try:
+            with open(os.path.join(self.root, "host.json")) as fh:
+                host = json.load(fh)
+        except (OSError, ValueError):
+            return self.accept
+        return float(host["accept_length"]) if "accept_length" in host else self.accept
 
     def generate(self, prompt: str, max_new_tokens: int) -> dict:
         with self.lock:

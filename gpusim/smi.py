@@ -10,6 +10,16 @@ from . import ledger
 NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
              "Make sure that the latest NVIDIA driver is installed and running.\n")
 NA = "[N/A]"
+NOT_FOUND = "[Not Found]"
+# What --query-gpu prints for memory.* when the driver does not report it (unified-memory GB10) or the caller may
+# not read it (unprivileged container on a MIG GPU), and what the default table shows in its Memory-Usage column.
+MEMORY_TOKEN = {"na": NA, "noperm": "[Insufficient Permissions]"}
+MEMORY_CELL = {"na": "Not Supported", "noperm": "N/A"}
+NVML_MEMORY_RC = {"ok": 0, "na": 3, "noperm": 4}  # NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NO_PERMISSION
+
+
+def _memory(g: ledger.GpuRecord, mib: int) -> str:
+    return MEMORY_TOKEN.get(g.memory) or str(mib)
 
 
 def _gpu_fields(g: ledger.GpuRecord, snap: ledger.Snapshot) -> dict[str, tuple[str, str]]:
@@ -23,12 +33,12 @@ def _gpu_fields(g: ledger.GpuRecord, snap: ledger.Snapshot) -> dict[str, tuple[s
         "gpu_bus_id": (g.bus_id, ""),
         "driver_version": (snap.driver, ""),
         "count": (str(len(snap.gpus)), ""),
-        "memory.total": (str(g.total_mib), "MiB"),
-        "memory.used": (str(g.used_mib), "MiB"),
-        "memory.free": (str(g.total_mib - g.used_mib), "MiB"),
-        "memory.reserved": ("0", "MiB"),
+        "memory.total": (_memory(g, g.total_mib), "MiB"),
+        "memory.used": (_memory(g, g.used_mib), "MiB"),
+        "memory.free": (_memory(g, g.total_mib - g.used_mib), "MiB"),
+        "memory.reserved": (_memory(g, 0), "MiB"),
         "mig.mode.current": ("Enabled" if g.mig else "Disabled", ""),
-        "utilization.gpu": (NA if g.mig else ("100" if g.used_mib > 1024 else "0"), "" if g.mig else "%"),
+        "utilization.gpu": (NA if g.mig else ("100" if g.used_mib > 1024 else "0"), "%"),
         "temperature.gpu": ("31", ""),
         "persistence_mode": ("Enabled", ""),
     }
@@ -36,12 +46,13 @@ def _gpu_fields(g: ledger.GpuRecord, snap: ledger.Snapshot) -> dict[str, tuple[s
 
 def _app_fields(p: ledger.ProcRecord, g: ledger.GpuRecord) -> dict[str, tuple[str, str]]:
     mem = NA if p.used_mib is None else str(p.used_mib)
+    name = NOT_FOUND if p.name is None else p.name
     return {
         "pid": (str(p.pid), ""),
-        "process_name": (p.name, ""),
-        "name": (p.name, ""),
-        "used_gpu_memory": (mem, "" if p.used_mib is None else "MiB"),
-        "used_memory": (mem, "" if p.used_mib is None else "MiB"),
+        "process_name": (name, ""),
+        "name": (name, ""),
+        "used_gpu_memory": (mem, "MiB"),
+        "used_memory": (mem, "MiB"),
         "gpu_uuid": (g.uuid, ""),
         "gpu_bus_id": (g.bus_id, ""),
         "gpu_name": (g.name, ""),
@@ -63,7 +74,8 @@ def _csv(rows: list[dict], fields: list[str], fmt: set[str], out) -> int:
         vals = []
         for f in fields:
             value, unit = row[f]
-            vals.append(value if not unit or "nounits" in fmt or value == NA else f"{value} {unit}")
+            # a bracketed token ([N/A], [Insufficient Permissions]) stands alone; the header keeps the unit
+            vals.append(value if not unit or "nounits" in fmt or value.startswith("[") else f"{value} {unit}")
         out.write(", ".join(vals) + "\n")
     return 0
 
@@ -72,18 +84,18 @@ def _table(snap: ledger.Snapshot, out) -> None:
     w = out.write
     w(time.strftime("%a %b %d %H:%M:%S %Y") + "\n")
     w("+-----------------------------------------------------------------------------------------+\n")
-    w(f"| NVIDIA-SMI {snap.driver:<17}Driver Version: {snap.driver:<15}CUDA Version: "
-      f"{snap.cuda // 1000}.{snap.cuda % 1000 // 10:<9}|\n")
+    cuda = f"{snap.cuda // 1000}.{snap.cuda % 1000 // 10}"
+    w(f"| NVIDIA-SMI {snap.driver:<23}Driver Version: {snap.driver:<15}CUDA Version: {cuda:<9}|\n")
     w("|-----------------------------------------+------------------------+----------------------+\n")
     w("| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |\n")
     w("| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |\n")
     w("|                                         |                        |               MIG M. |\n")
     w("|=========================================+========================+======================|\n")
     for g in snap.gpus:
-        mem = f"{g.used_mib}MiB / {g.total_mib}MiB"
+        mem = _memory_cell(g)
         util = "N/A" if g.mig else ("100%" if g.used_mib > 1024 else "0%")
-        w(f"| {g.index:>3}  {g.name[:20]:<20}           On  | {g.bus_id[4:]:<16} Off | {'0':>20} |\n")
-        w(f"| N/A   31C    P0             75W /  700W | {mem:>22} | {util:>8}      Default |\n")
+        w(f"| {g.index:>3}  {g.name[:20]:<20}           On  | {g.bus_id:>18} Off | {'0':>20} |\n")
+        w(f"| N/A   31C    P0             75W /  700W | {mem:>22} | {util:>7}      Default |\n")
         w(f"|                                         |                        | {'Enabled' if g.mig else 'Disabled':>20} |\n")
         w("+-----------------------------------------+------------------------+----------------------+\n")
     w("\n+-----------------------------------------------------------------------------------------+\n")
@@ -95,8 +107,18 @@ def _table(snap: ledger.Snapshot, out) -> None:
         w("|  No running processes found                                                             |\n")
     for p in snap.procs:
         mem = "N/A" if p.used_mib is None else f"{p.used_mib}MiB"
-        w(f"| {p.gpu_index:>4}   N/A  N/A  {p.pid:>9}      C   {p.name[:40]:<40} {mem:>10} |\n")
+        name = NOT_FOUND if p.name is None else p.name
+        w(f"| {p.gpu_index:>4}   N/A  N/A  {p.pid:>9}      C   {name[:40]:<40} {mem:>10} |\n")
     w("+-----------------------------------------------------------------------------------------+\n")
+
+
+def _memory_cell(g: ledger.GpuRecord) -> str:
+    """The Memory-Usage cell: 'Not Supported' left-aligned (GB10), 'N/A' right-aligned (MIG without permission)."""
+    if g.memory == "na":
+        return f"{MEMORY_CELL['na']:<22}"
+    if g.memory == "noperm":
+        return f"{MEMORY_CELL['noperm']:>22}"
+    return f"{g.used_mib}MiB / {g.total_mib:>6}MiB"
 
 
 def _parse_args(argv: list[str]) -> dict:
@@ -163,9 +185,10 @@ def snapshot_main(out=sys.stdout) -> int:
         return 9
     mib = 1024 * 1024
     out.write(f"driver\t{snap.driver}\t{snap.cuda}\n")
-    for g in snap.gpus:
-        out.write(f"gpu\t{g.index}\t{g.uuid}\t{g.name}\t{g.total_mib * mib}\t{g.used_mib * mib}\t{int(g.mig)}\n")
-    for p in snap.procs:
+    for g in snap.gpus:  # the last field: what nvmlDeviceGetMemoryInfo returns (an NVML return code)
+        out.write(f"gpu\t{g.index}\t{g.uuid}\t{g.name}\t{g.total_mib * mib}\t{g.used_mib * mib}\t{int(g.mig)}"
+                  f"\t{NVML_MEMORY_RC.get(g.memory, 0)}\n")
+    for p in snap.procs:  # an empty name: no local process has that PID (NVML answers NOT_FOUND)
         used = "NA" if p.used_mib is None else p.used_mib * mib
-        out.write(f"proc\t{p.gpu_index}\t{p.pid}\t{used}\t{p.name}\n")
+        out.write(f"proc\t{p.gpu_index}\t{p.pid}\t{used}\t{p.name or ''}\n")
     return 0

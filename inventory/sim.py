@@ -4,8 +4,8 @@ The simulated host lives in ``$GPUSIM_ROOT`` (default ``.gpusim/host`` in the re
 creates it). Only this inventory knows it is simulated: it puts the stand-in ``nvidia-smi`` first on PATH and the
 stand-in ``libnvidia-ml.so.1`` on LD_LIBRARY_PATH, runs the probe with this Python (which has pynvml), launches
 the SGLang-API stand-in where real hosts run ``python3 -m sglang.launch_server`` (and its benchmark client
-for ``python3 -m sglang.bench_serving``), and keeps server state under
-the simulated host's directory.
+for ``python3 -m sglang.bench_serving``), keeps server state under the simulated host's directory, and names its
+GPU device files (``DIR/dev/nvidia*``, what its simulated CUDA processes hold open, as real ones hold /dev/nvidia*).
 """
 import os
 import sys
@@ -21,6 +21,7 @@ sim = [("@local", {
     "_env": _env,
     "specops_python": sys.executable,
     "specops_state_dir": str(_root / "servers"),
+    "specops_gpu_devices": str(_root / "dev" / "nvidia*"),  # what its simulated CUDA processes hold open
     "specops_launchers": {"sglang": [str(_root / "bin" / "sglang-launch-server")]},
     "specops_bench_runner": [str(_root / "bin" / "sglang-bench-serving")],
 })]

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -147,7 +149,8 @@ def _resolve_env_refs(value, where: str, issues: list[Issue], environ):
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite int or float (YAML's ``.nan`` and ``.inf`` are floats too, and would make a wait never end)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _specops_value_issues(meta: dict) -> list[Issue]:
@@ -163,7 +166,7 @@ def _specops_value_issues(meta: dict) -> list[Issue]:
             continue
         value = meta[key]
         if not _is_number(value) or value < low or (key == "ready_timeout_s" and value == 0):
-            bad(key, f"must be a number {'>' if key == 'ready_timeout_s' else '>='} {low}, got {value!r}")
+            bad(key, f"must be a finite number {'>' if key == 'ready_timeout_s' else '>='} {low}, got {value!r}")
     for key in ("prompt", "name"):
         if key in meta and not (isinstance(meta[key], str) and meta[key]):
             bad(key, f"must be a non-empty string, got {meta[key]!r}")
@@ -261,16 +264,119 @@ def configs_dir() -> Path:
     return Path(os.environ.get("SPECOPS_CONFIGS", Path.cwd() / "configs"))
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config is a page of flags; anything bigger is the wrong file
+
+
+def _file_issue(path, message: str) -> ConfigError:
+    """A problem with the file itself: named by path, never quoting the file (it may be any file, secrets too)."""
+    return ConfigError([Issue("config", f"{path}: {message}")])
+
+
+def _read_config(path: Path) -> str:
+    """The file's text, refused before reading when it is not a regular file of at most MAX_CONFIG_BYTES (a FIFO
+    or /dev/zero would hang, a huge file would take minutes) and after reading when it is not UTF-8."""
+    info = path.stat()  # FileNotFoundError: the caller lists the known configs
+    if stat.S_ISDIR(info.st_mode):
+        raise _file_issue(path, "is a directory, not a YAML config file")
+    if not stat.S_ISREG(info.st_mode):
+        raise _file_issue(path, "is not a regular file")
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise _file_issue(path, f"is {info.st_size} bytes; a config may have at most {MAX_CONFIG_BYTES}")
+    with path.open("rb") as f:
+        raw = f.read(MAX_CONFIG_BYTES + 1)  # it may have grown since stat
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise _file_issue(path, f"is over {MAX_CONFIG_BYTES} bytes; a config may have at most {MAX_CONFIG_BYTES}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _file_issue(path, f"is not UTF-8 text (invalid byte at offset {exc.start})") from None
+
+
+_FLAG_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")  # model-path, tp_size, specops: what a flag looks like
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that records every key given twice in one mapping (PyYAML silently keeps the last one, so a
+    second ``port:`` further down would win unseen). Local to config loading: yaml's own loaders are untouched."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.duplicates: list[tuple[str, int, int]] = []  # (dotted key, first line, second line)
+        self.not_flags: list[int] = []  # lines of top-level keys that cannot be a flag name
+        self._paths: dict[int, str] = {}  # id(mapping node) -> its dotted path ("" for the document)
+
+    def construct_document(self, node):
+        self._paths[id(node)] = ""
+        return super().construct_document(node)
+
+    def construct_mapping(self, node, deep=False):
+        where, seen = self._paths.get(id(node)), {}
+        for key_node, value_node in node.value:
+            line = key_node.start_mark.line + 1
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            if where == "" and not (isinstance(key_node, yaml.ScalarNode) and _FLAG_KEY.match(key_node.value)):
+                self.not_flags.append(line)
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = str(self.construct_object(key_node))
+            field = f"{where}.{key}" if where else key
+            if key in seen:
+                self.duplicates.append((field, seen[key], line))
+            seen.setdefault(key, line)
+            if isinstance(value_node, yaml.MappingNode):  # constructed after this one: hand it its path
+                self._paths[id(value_node)] = field
+        return super().construct_mapping(node, deep=deep)
+
+
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'" + r'|"(?:[^"\\]|\\.)*"')  # 'x', "x" with escapes
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what kind of YAML error, without the snippet of the file that ``str(exc)`` quotes (and with
+    quoted names, anchors or tags from the file blanked)."""
+    problem = _QUOTED.sub("'...'", getattr(exc, "problem", None) or getattr(exc, "reason", None) or "")[:120]
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem or 'syntax error'}"
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"invalid YAML: character #x{exc.character:04x} at offset {exc.position}: {problem}"
+    return f"invalid YAML: {problem or type(exc).__name__}"
+
+
+def _parse(text: str, path: Path):
+    """The YAML document (every duplicated key listed at once), or a ConfigError quoting nothing of the file."""
+    try:
+        loader = _UniqueKeyLoader(text)  # the reader refuses control characters here already
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        raise _file_issue(path, _yaml_problem(exc)) from None
+    if isinstance(data, dict) and loader.not_flags:  # e.g. /etc/shadow: "root:$6$...:7:::" is a YAML key
+        lines = ", ".join(map(str, loader.not_flags[:10])) + (", ..." if len(loader.not_flags) > 10 else "")
+        raise ConfigError([Issue("<file>", f"{path}: not a config: the key(s) on line(s) {lines} cannot be flag "
+                                           f"names (not shown: the file may be any file)")])
+    if loader.duplicates:
+        raise ConfigError([Issue(key, f"given twice in {path} (lines {first} and {second}); YAML would silently "
+                                      f"keep the last") for key, first, second in loader.duplicates])
+    if data is None:
+        raise _file_issue(path, "is empty: no flags in it")
+    return data
+
+
 def load(name_or_path: str, search: Path | None = None, environ=None) -> ServerConfig:
-    """``eagle3-llama3.1-8b`` (looked up in configs/) or a path to a YAML file."""
+    """``eagle3-llama3.1-8b`` (looked up in configs/) or a path to a YAML file. A file that is not a config
+    (a directory, binary, huge, empty, not YAML, not a mapping) is refused without quoting any of it."""
     path = Path(name_or_path)
     if "/" not in name_or_path and path.suffix not in (".yaml", ".yml"):  # a name: "eagle3-llama3.1-8b"
         path = (search or configs_dir()) / f"{name_or_path}.yaml"
     try:
-        data = yaml.safe_load(path.read_text())
+        text = _read_config(path)
     except FileNotFoundError:
         known = sorted(p.stem for p in (search or configs_dir()).glob("*.yaml"))
         raise ConfigError([Issue("config", f"no config {name_or_path!r} ({path}); known: {', '.join(known) or 'none'}")])
-    except yaml.YAMLError as exc:
-        raise ConfigError([Issue("config", f"{path}: invalid YAML: {exc}")])
-    return from_mapping(data, path.stem, str(path), environ)
+    except OSError as exc:  # permission denied, a loop of links, ...: the reason, not the content
+        raise _file_issue(path, f"cannot be read: {exc.strerror or type(exc).__name__}") from None
+    return from_mapping(_parse(text, path), path.stem, str(path), environ)

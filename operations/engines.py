@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 
 from . import sglang_args
-from .config import Issue, ServerConfig
+from .config import SECRET_ARGS, Issue, ServerConfig
 
 SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 DRAFTED = ("EAGLE", "EAGLE3", "STANDALONE")  # need a draft model path
@@ -43,6 +43,39 @@ def _port_issues(cfg: ServerConfig, key: str) -> list[Issue]:
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
         return [Issue(key, f"port must be an integer 1-65535, got {value!r}")]
     return []
+
+
+_HEADER_PROBLEMS = {"\n": "a newline (LF)", "\r": "a carriage return (CR)", "\0": "a NUL character"}
+_NOT_IN_HEADER = ", which an HTTP header value cannot carry"
+
+
+def _header_problem(value: str) -> str | None:
+    """Why ``value`` cannot be sent in an HTTP header (``Authorization: Bearer <key>``), or None. RFC 7230 allows
+    visible ASCII, space and tab; obs-text (bytes >= 0x80) is obsolete, so non-ASCII is refused too, and trailing
+    whitespace is stripped by the receiver. Never quotes the value: it is a secret."""
+    for ch in value:
+        if ch in _HEADER_PROBLEMS:
+            return f"contains {_HEADER_PROBLEMS[ch]}{_NOT_IN_HEADER}"
+        if ord(ch) > 0x7E:
+            kind = "a non-ASCII character" if ord(ch) > 0x7F else "a control character (DEL)"
+            return f"contains {kind}{_NOT_IN_HEADER}"
+        if ord(ch) < 0x20 and ch != "\t":
+            return f"contains a control character (0x{ord(ch):02x}){_NOT_IN_HEADER}"
+    if value[-1:] in (" ", "\t"):
+        return "ends with a space or tab, which HTTP strips from a header value (the key sent would differ)"
+    return None
+
+
+def _api_key_issues(cfg: ServerConfig) -> list[Issue]:
+    """API keys are sent as HTTP header values by every client (our readiness checks, the benchmark): one that
+    cannot be is refused here, not found 30 s later as "not ready"."""
+    issues = []
+    for dest in sorted(SECRET_ARGS & set(cfg.args)):
+        value = cfg.args[dest]
+        problem = _header_problem(value) if isinstance(value, str) else None
+        if problem:
+            issues.append(Issue(dest.replace("_", "-"), f"{problem}; not shown, as it is a secret"))
+    return issues
 
 
 def _is_int(v) -> bool:
@@ -102,7 +135,7 @@ class SGLang:
                 issues.append(Issue(flag.option.lstrip("-"), problem))
         if not cfg.args.get("model_path"):
             issues.append(Issue("model-path", "required"))
-        issues += _port_issues(cfg, "port")
+        issues += _port_issues(cfg, "port") + _api_key_issues(cfg)
         mem = cfg.args.get("mem_fraction_static")
         if isinstance(mem, (int, float)) and not isinstance(mem, bool) and not 0 < mem < 1:
             issues.append(Issue("mem-fraction-static", f"must be between 0 and 1, got {mem}"))
@@ -253,7 +286,7 @@ class VLLM:
                 issues.append(Issue(key.replace("_", "-"), f"must be {want.__name__}, got {value!r}"))
         if not cfg.args.get("model"):
             issues.append(Issue("model", "required"))
-        issues += _port_issues(cfg, "port")
+        issues += _port_issues(cfg, "port") + _api_key_issues(cfg)
         spec = cfg.args.get("speculative_config")
         if isinstance(spec, dict):
             method = spec.get("method")

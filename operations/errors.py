@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+from gevent.hub import Hub
 from pyinfra.api.exceptions import OperationError
 
 
@@ -17,3 +18,9 @@ class ConfigError(SpecopsError, OperationError):  # an OperationError, so the py
         self.issues = list(issues)
         lines = "\n".join(f"  - {i}" for i in self.issues)
         super().__init__(f"{len(self.issues)} config error(s):\n{lines}")
+
+
+# An operation body runs in a gevent greenlet when pyinfra executes it; gevent prints a traceback for any exception
+# a greenlet ends with, before pyinfra re-raises it and prints it plainly. A ConfigError is the user's input, not a
+# crash: list it among gevent's documented "not errors" so only pyinfra's own report of it is shown.
+Hub.NOT_ERROR = (*Hub.NOT_ERROR, ConfigError)

@@ -2,47 +2,46 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from functools import partial
 
 from pyinfra import host, state
 from pyinfra.api import FunctionCommand, operation
 
-from . import lock, report, summary
+from . import hostdata, interrupt, lock, report, summary
 from .config import Issue
 from .errors import ConfigError
-from .gpustate import GpuStateFact
-from .idle_converge import Timing, Verdict, blocked_verdict, converge_idle
-from .idle_plan import DEFAULT_PROTECTED, DEFAULT_THRESHOLD_MIB, Selection, plan_idle
+from .gpustate import read_gpus
+from .idle_converge import Timing, Verdict, converge_idle, refusal
+from .idle_plan import (DEFAULT_PROTECTED, DEFAULT_PROTECTED_MAX_MIB, DEFAULT_THRESHOLD_MIB, Selection, is_protected,
+                        plan_idle)
 from .remote import host_python, python_script
 from .waiting import RealClock
 
 
-def _fail(message: str) -> FunctionCommand:
-    def fail(state, host):  # (state, host) signature: returning False fails this host only
-        report.error(host, message)
-        return False
-
-    return FunctionCommand(fail, (), {})
-
-
 def timing_of(grace_s, deadline_s, stable_s=0.05, poll_s=0.02, progress_s=2.0) -> Timing:
-    """The wait's timings, or a ConfigError naming this host (before any command: nothing is stopped first)."""
+    """The wait's timings, or a ConfigError naming this host and each bad field (before any command: nothing is
+    stopped first). ``nan`` or ``inf`` would make the wait never end, so they are refused like ``-1``."""
+    fields = dict(grace_s=grace_s, deadline_s=deadline_s, stable_s=stable_s, poll_s=poll_s, progress_s=progress_s)
+    values = hostdata.gather(*(partial(hostdata.as_number, host, k, v) for k, v in fields.items()))
     try:
-        return Timing(float(grace_s), float(deadline_s), float(stable_s), float(poll_s), float(progress_s))
+        return Timing(*values)
     except (TypeError, ValueError) as exc:
         raise ConfigError([Issue("grace_s/deadline_s", str(exc), host.name)]) from None
 
 
 def as_patterns(value) -> tuple[str, ...] | None:
-    """``"root"`` or ``["root", "sglang"]`` -> a tuple of patterns (None stays None)."""
-    if value is None:
-        return None
-    return (value,) if isinstance(value, str) else tuple(value)
+    """``"root"``, ``"root,sglang"`` or ``["root", "sglang"]`` -> a tuple of patterns (None stays None): a string
+    is split on commas, as host data ``users=root,sglang`` and ``gpus=0,1`` are."""
+    items = hostdata.split(value)
+    return None if items is None else tuple(items)
 
 
 @operation()
 def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_protected=(),
          threshold_mib: int = DEFAULT_THRESHOLD_MIB, grace_s: float = 10.0, deadline_s: float = 60.0,
-         stable_s: float = 0.05, poll_s: float = 0.02, progress_s: float = 2.0, python: str | None = None):
+         stable_s: float = 0.05, poll_s: float = 0.02, progress_s: float = 2.0, python: str | None = None,
+         protected_max_mib: int = DEFAULT_PROTECTED_MAX_MIB):
     """
     Make GPUs idle: stop their compute processes (SIGTERM to the process group, SIGKILL after a grace period)
     and wait until the driver has released the memory, ending in a verdict.
@@ -52,7 +51,9 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
       processes of other users on the chosen GPUs are never signalled and make the verdict ``blocked``
     + names: name/cmdline patterns a process must match to be stopped (default: any compute process)
     + protected: daemons never signalled and whose memory is tolerated (nvidia-persistenced, nv-hostengine,
-      dcgm-exporter, nv-fabricmanager)
+      dcgm-exporter, nv-fabricmanager), up to ``protected_max_mib`` each
+    + protected_max_mib: the most a protected daemon may hold and be tolerated (default 1024); one holding more
+      is still never signalled, but blocks the verdict (its memory would make a server start OOM)
     + extra_protected: patterns added to ``protected``
     + threshold_mib: memory per GPU (besides protected daemons) still counted as idle
     + grace_s: seconds between SIGTERM and SIGKILL
@@ -77,16 +78,16 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
     summary.watch(state)
     python = host_python(python)
     sel = Selection(frozenset(gpus) if gpus is not None else None, as_patterns(users), as_patterns(names) or (),
-                    tuple(protected) + tuple(extra_protected), threshold_mib)
+                    tuple(protected) + tuple(extra_protected), threshold_mib, protected_max_mib)
     timing = timing_of(grace_s, deadline_s, stable_s, poll_s, progress_s)
-    current = host.get_fact(GpuStateFact, python=python)
+    current = read_gpus(host, python)
     if not current.available:
-        yield _fail(f"gpu.idle: cannot read GPUs: {current.error}")
+        yield summary.failure(f"gpu.idle: cannot read GPUs: {current.error}")
         return
     missing = sorted(set(sel.indices(current)) - {g.index for g in current.gpus})
     if missing:
-        yield _fail(f"gpu.idle: no GPU {','.join(map(str, missing))} on this host "
-                    f"(it has {','.join(str(g.index) for g in current.gpus)})")
+        yield summary.failure(f"gpu.idle: no GPU {','.join(map(str, missing))} on this host "
+                              f"(it has {','.join(str(g.index) for g in current.gpus)})")
         return
     plan = plan_idle(current, sel)
     if plan.idle:
@@ -96,21 +97,25 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
     if report.print_plan_now():
         for line in plan.describe():
             report.log(host, f"gpu.idle plan: {line}")
-    if plan.foreign:
-        yield _fail(blocked_verdict(plan).text)
+    refused = refusal(plan)
+    if refused:
+        yield summary.failure(f"gpu.idle: {refused.text}")
         return
     if plan.targets:
         yield lock.acquired("gpu.idle", deadline_s + grace_s + 600, python)
+        yield interrupt.guard("signalling GPU processes")
         yield python_script(python, "signal_procs.py", "TERM", *(t.spec for t in plan.targets))
     yield FunctionCommand(_converge, (python, sel, plan, timing), {})
 
 
+@interrupt.stops_on_interrupt
 def _converge(state, host, python, sel, plan, timing) -> bool:
     def read(condition, budget):
         wait = None if condition is None else json.dumps({**condition, "budget_s": round(budget, 3)})
-        return host.get_fact(GpuStateFact, python=python, wait=wait)
+        return read_gpus(host, python, wait=wait)
 
     def kill(signal: str, targets) -> None:
+        interrupt.check(f"sending SIG{signal}")
         ok, output = host.run_shell_command(python_script(python, "signal_procs.py", signal,
                                                           *(t.spec for t in targets)))
         for line in output.stdout_lines + output.stderr_lines:
@@ -120,5 +125,9 @@ def _converge(state, host, python, sel, plan, timing) -> bool:
     if verdict.ok:
         report.log(host, f"gpu.idle: {verdict.text}", fg="green")
         return True
+    if verdict.status == "needs-reset":  # name what still holds a GPU device open: it pins the memory
+        holders = read_gpus(host, python, holders=True).fd_holders
+        verdict = replace(verdict, fd_holders=tuple(p for p in holders if p.pid not in verdict.survivors
+                                                    and not is_protected(p, sel.protected)))
     report.error(host, f"gpu.idle: {verdict.text}")
     return False

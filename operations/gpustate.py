@@ -8,13 +8,21 @@ from pyinfra.api.exceptions import FactProcessError
 
 from .remote import guarded, python_script
 
+DEFAULT_DEVICES = "/dev/nvidia*"  # what a CUDA process holds open (nvidia<N>, nvidiactl, nvidia-uvm)
+
+
 @dataclass(frozen=True)
 class Gpu:
     index: int
     uuid: str
     name: str
-    used_mib: int
-    total_mib: int
+    used_mib: int | None  # None: the driver would not say (see memory_error); never taken as 0
+    total_mib: int | None
+    memory_error: str = ""
+
+    @property
+    def readable(self) -> bool:
+        return self.used_mib is not None
 
 
 @dataclass(frozen=True)
@@ -38,8 +46,9 @@ class GpuProcess:
     cmdline: str = ""
     pgid: int = 0
     sid: int = 0
-    start: int | None = None  # /proc start time; None when the process vanished between driver and /proc reads
+    start: int | None = None  # /proc start time; None: no such pid here (exited, or another PID namespace's)
     group: tuple[GroupMember, ...] = ()
+    gpu_fds: bool | None = None  # holds a GPU device open here; None: /proc did not let us look
 
     @property
     def label(self) -> str:
@@ -59,6 +68,7 @@ class GpuState:
     errors: tuple[str, ...] = field(default=())
     settled: bool = False  # the probe saw its --wait condition hold for the stable window
     waited_s: float = 0.0  # how long the probe sampled on the host before answering
+    fd_holders: tuple[GpuProcess, ...] = ()  # local processes with a GPU device open (probe --fd-holders)
 
     @property
     def available(self) -> bool:
@@ -85,7 +95,8 @@ def parse_probe(doc: dict) -> GpuState:
     source = doc.get("source", "none")
     if source == "none":
         return GpuState("none", **base)
-    gpus = [Gpu(g["index"], g["uuid"], g["name"], g["used_mib"], g["total_mib"]) for g in doc["gpus"]]
+    gpus = [Gpu(g["index"], g["uuid"], g["name"], g["used_mib"], g["total_mib"], g.get("memory_error") or "")
+            for g in doc["gpus"]]
     apps = doc["apps"]
     index_of = {g.uuid: g.index for g in gpus}
     procs_info = doc.get("procs", {})
@@ -98,15 +109,22 @@ def parse_probe(doc: dict) -> GpuState:
             pid=app["pid"], gpu_index=index_of.get(app["gpu_uuid"], -1), used_mib=app["used_mib"],
             name=app["name"] or info.get("comm", ""), user=info.get("user", "?"), uid=info.get("uid", -1),
             comm=info.get("comm", ""), cmdline=" ".join(info.get("argv", ())), pgid=info.get("pgid", 0),
-            sid=info.get("sid", 0), start=info.get("start"), group=members))
+            sid=info.get("sid", 0), start=info.get("start"), group=members, gpu_fds=info.get("gpu_fds")))
+    holders = tuple(GpuProcess(pid=h["pid"], gpu_index=-1, used_mib=None, name=h.get("comm", ""),
+                               user=h.get("user", "?"), uid=h.get("uid", -1), comm=h.get("comm", ""),
+                               cmdline=" ".join(h.get("argv", ())), start=h.get("start"), gpu_fds=True)
+                    for h in doc.get("fd_holders") or ())
     return GpuState(source, tuple(gpus), tuple(processes), settled=bool(doc.get("settled")),
-                    waited_s=float(doc.get("waited_s", 0.0)), **base)
+                    waited_s=float(doc.get("waited_s", 0.0)), fd_holders=holders, **base)
 
 
-def probe_command(python: str = "python3", nvml: bool = True, wait: str | None = None) -> StringCommand:
+def probe_command(python: str = "python3", nvml: bool = True, wait: str | None = None, devices: str | None = None,
+                  holders: bool = False) -> StringCommand:
     """One round trip: the probe if the host has that Python, else a 'none' document saying why."""
     missing = json.dumps({"source": "none", "errors": [f"{python} not found on host"]})
     args = ([] if nvml else ["--no-nvml"]) + ([] if wait is None else ["--wait", wait])
+    args += ([] if not devices or devices == DEFAULT_DEVICES else ["--devices", devices])
+    args += ["--fd-holders"] if holders else []
     return guarded(python, python_script(python, "probe_gpu.py", *args), missing)
 
 
@@ -117,6 +135,9 @@ class GpuStateFact(FactBase):
     + python: the interpreter on the host that runs the probe (pynvml is used if it can import it)
     + nvml: set False to skip pynvml and read nvidia-smi only
     + wait: JSON condition the probe samples for on the host before answering (see probe_gpu.py)
+    + devices: glob of the GPU device files a CUDA process holds open (default ``/dev/nvidia*``; host data
+      ``specops_gpu_devices``)
+    + holders: also list every local process that holds such a device open
 
     **Example:**
 
@@ -131,8 +152,9 @@ class GpuStateFact(FactBase):
     def default() -> GpuState:
         return GpuState("none", errors=("probe produced no output",))
 
-    def command(self, python: str = "python3", nvml: bool = True, wait: str | None = None):
-        return probe_command(python, nvml, wait)
+    def command(self, python: str = "python3", nvml: bool = True, wait: str | None = None,
+                devices: str | None = None, holders: bool = False):
+        return probe_command(python, nvml, wait, devices, holders)
 
     def process(self, output: list[str]) -> GpuState:
         try:
@@ -145,7 +167,18 @@ def process_table(state: GpuState) -> list[str]:
     """The GPU memory and process table, one line each, for error messages."""
     if not state.available:
         return [f"GPUs unreadable: {state.error}"]
-    lines = [f"GPU {g.index}: {g.used_mib}/{g.total_mib} MiB used" for g in state.gpus]
+    lines = [f"GPU {g.index}: {g.used_mib}/{g.total_mib} MiB used" if g.readable else
+             f"GPU {g.index}: memory use unreadable ({g.memory_error})" for g in state.gpus]
     lines += [f"  pid {p.pid} on GPU {p.gpu_index}: {'?' if p.used_mib is None else p.used_mib} MiB, user {p.user}, "
               f"{p.label}" for p in state.processes]
     return lines
+
+
+def gpu_devices(on_host) -> str | None:
+    """The device glob for this host (host data ``specops_gpu_devices``), None for the default /dev/nvidia*."""
+    return on_host.data.get("specops_gpu_devices")
+
+
+def read_gpus(on_host, python: str, **kwargs) -> GpuState:
+    """The GpuState fact of ``on_host`` with its device glob (what every specops operation reads)."""
+    return on_host.get_fact(GpuStateFact, python=python, devices=gpu_devices(on_host), **kwargs)

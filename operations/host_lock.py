@@ -12,25 +12,41 @@ import sys
 import time
 
 try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
-    from operations.remote_common import load_json, save_json
+    from operations.remote_common import (INT, NUM, STR, _nofollow_fd, read_doc, save_json, set_aside,
+                                          unsafe_tree)
 except ImportError:
     pass
+
+LEASE_SCHEMA = {"id": (STR, False), "controller": (STR, True), "pid": (INT, True), "pid_start": (INT, True),
+                "user": (STR, True), "what": (STR, True), "acquired_at": (NUM, True), "expires_at": (NUM, False)}
+
+
+def load_lease(path, notes):
+    """The lease ({} when there is none). A corrupt one (wrong type, NaN expiry, ...) binds nobody: it is set
+    aside, noted, and treated as absent."""
+    held, problem = read_doc(path, LEASE_SCHEMA, required=("id", "expires_at"))
+    if held is None:
+        dest = set_aside(path)
+        notes.append(f"the host lease {path} was unreadable ({problem}): set aside as {dest}")
+        return {}
+    return held
 
 
 def acquire(path, me, ttl, break_id=None):
     now = time.time()
-    held = load_json(path)
+    notes = []
+    held = load_lease(path, notes)
     mine = bool(held) and held.get("id") == me["id"]
     if held and not mine and held.get("expires_at", 0) > now and held.get("id") != break_id:
-        return {"acquired": False, "holder": held, "now": now}
+        return {"acquired": False, "holder": held, "now": now, **({"notes": notes} if notes else {})}
     lease = {**me, "acquired_at": held["acquired_at"] if mine else now, "expires_at": now + ttl}
     save_json(path, lease)
     took = None if mine or not held else {**held, "why": "broken" if held.get("id") == break_id else "expired"}
-    return {"acquired": True, "took_over": took, "fresh": not mine}
+    return {"acquired": True, "took_over": took, "fresh": not mine, **({"notes": notes} if notes else {})}
 
 
 def release(path, owner_id):
-    held = load_json(path)
+    held, _ = read_doc(path, LEASE_SCHEMA, required=("id", "expires_at"))
     if held and held.get("id") == owner_id:
         os.remove(path)
         return {"released": True}
@@ -39,8 +55,12 @@ def release(path, owner_id):
 
 def main(argv):
     cmd, path = argv[0], argv[1]
+    unsafe = unsafe_tree(os.path.dirname(path))
+    if unsafe:  # a lease in a directory others can write could be forged or swapped for a symlink
+        sys.stdout.write(json.dumps({"error": f"unsafe state directory {os.path.dirname(path)}: {unsafe}"}) + "\n")
+        sys.exit(1)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    fd = os.open(path + ".flock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = _nofollow_fd(path + ".flock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if cmd == "acquire":

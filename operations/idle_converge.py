@@ -5,11 +5,12 @@ its verdicts are tested with a synthetic clock and scripted readings.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import astuple, dataclass, field
 from typing import Callable
 
 from .gpustate import GpuProcess, GpuState
-from .idle_plan import IdlePlan, Selection, Target, held_mib, is_idle, unprotected
+from .idle_plan import IdlePlan, Selection, Target, held_mib, is_idle, unprotected, unreadable
 from .waiting import Clock, Deadline, ReadCost, Stable, poll
 
 
@@ -22,6 +23,8 @@ class Timing:
     progress_s: float = 2.0  # how often to print a progress line while waiting
 
     def __post_init__(self):
+        if not all(map(math.isfinite, astuple(self))):  # nan compares false with everything: no deadline at all
+            raise ValueError(f"timings must be finite numbers: {self}")
         if min(self.grace_s, self.deadline_s, self.stable_s, self.poll_s) < 0 or self.progress_s <= 0:
             raise ValueError(f"timings must be non-negative: {self}")
         if self.grace_s >= self.deadline_s:  # SIGKILL needs time left to prove the memory was released
@@ -34,7 +37,7 @@ def _gpus(indices) -> str:
 
 @dataclass(frozen=True)
 class Verdict:
-    status: str  # "idle" | "blocked" | "busy" | "needs-reset"
+    status: str  # "idle" | "blocked" | "unreadable" | "busy" | "needs-reset"
     gpus: tuple[int, ...]
     elapsed: float = 0.0
     held_mib: dict[int, int] = field(default_factory=dict)
@@ -42,6 +45,8 @@ class Verdict:
     refused: tuple[tuple[GpuProcess, str], ...] = ()
     stopped: dict[int, str] = field(default_factory=dict)  # pid -> last signal sent
     survivors: tuple[int, ...] = ()  # pids still on a GPU after SIGKILL
+    unreadable: tuple[tuple[int, str], ...] = ()  # (GPU, why its memory cannot be read)
+    fd_holders: tuple[GpuProcess, ...] = ()  # live local processes with a GPU device open (needs-reset)
 
     @property
     def ok(self) -> bool:
@@ -56,26 +61,50 @@ class Verdict:
     def text(self) -> str:
         if self.status == "idle":
             return f"idle: GPU {_gpus(self.gpus)} idle after {self.elapsed:.2f}s{self._stopped()}"
+        if self.status == "unreadable":
+            why = "; ".join(f"GPU {i}: {reason}" for i, reason in self.unreadable)
+            return (f"unreadable: the memory use of GPU {_gpus(i for i, _ in self.unreadable)} cannot be read "
+                    f"({why}), so specops cannot prove it idle (unreadable memory is never idle: a start could "
+                    f"OOM). Nothing was signalled. On GPUs that do not report memory (e.g. GB10) or MIG without "
+                    f"privileges, run specops where nvidia-smi shows memory.used, or leave these GPUs out (gpus=).")
         if self.status == "blocked":
             who = "; ".join(f"pid {p.pid} on GPU {p.gpu_index} (user {p.user}, {p.label}): {why}"
                             for p, why in self.refused)
+            hint = (" Widen users=/names= or stop them yourself." if any(
+                why.startswith(("user ", "name ")) for _, why in self.refused) else " Stop them where they run.")
             return (f"blocked: GPU {_gpus(sorted({p.gpu_index for p, _ in self.refused}))} held by processes "
-                    f"this operation may not stop: {who}. Nothing was signalled; widen users=/names= or stop "
-                    f"them yourself.")
+                    f"this operation may not stop: {who}. Nothing was signalled.{hint}")
         held = ", ".join(f"GPU {i}: {mib} MiB" for i, mib in self.held_mib.items() if mib)
         if self.status == "busy":
             who = "; ".join(f"pid {p.pid} on GPU {p.gpu_index} (user {p.user}, {p.label})" for p in self.remaining)
             return (f"busy: after {self.elapsed:.1f}s processes still hold GPUs: {who}"
                     f"{'; ' + held if held else ''}{self._stopped()}")
         survivors = ", ".join(map(str, self.survivors)) or "none"
+        holders = "; ".join(f"pid {p.pid} (user {p.user}, {p.label})" for p in self.fd_holders)
+        pinned = (f"; live processes holding a GPU device open (they pin the memory; the driver does not list "
+                  f"them): {holders}" if holders else "")
         return (f"needs-reset: after {self.elapsed:.1f}s {held or 'memory above threshold'} still allocated; "
-                f"pids that survived SIGKILL: {survivors}{self._stopped()}. The driver did not release the "
+                f"pids that survived SIGKILL: {survivors}{pinned}{self._stopped()}. The driver did not release the "
                 f"memory; specops never resets GPUs: drain this host, then `nvidia-smi --gpu-reset -i "
                 f"{_gpus(i for i, m in self.held_mib.items() if m) or _gpus(self.gpus)}` or reboot.")
 
 
 def blocked_verdict(plan: IdlePlan) -> Verdict:
     return Verdict("blocked", plan.gpus, held_mib=plan.held_mib, refused=plan.foreign)
+
+
+def unreadable_verdict(plan: IdlePlan) -> Verdict:
+    return Verdict("unreadable", plan.gpus, refused=plan.foreign, unreadable=plan.unreadable)
+
+
+def refusal(plan: IdlePlan) -> Verdict | None:
+    """The verdict a plan already has before anything is signalled (unreadable memory, processes it may not
+    stop), or None when it can go ahead."""
+    if plan.unreadable:
+        return unreadable_verdict(plan)
+    if plan.foreign:
+        return blocked_verdict(plan)
+    return None
 
 
 def _waited(state: GpuState) -> float:
@@ -157,6 +186,8 @@ def converge_idle(read: Read, kill: Callable[[str, list[Target]], None], plan: I
     common = dict(elapsed=deadline.elapsed(), held_mib=held_mib(final, sel), stopped=stopped)
     if outcome.done:
         return Verdict("idle", plan.gpus, **common)
+    if unreadable(final, sel):
+        return Verdict("unreadable", plan.gpus, unreadable=unreadable(final, sel), **common)
     survivors = tuple(t.pid for t in _alive(plan.targets, final) if stopped.get(t.pid) == "KILL")
     others = tuple(p for p in unprotected(final, sel) if p.pid not in stopped)
     status = "busy" if others and not survivors else "needs-reset"

@@ -11,6 +11,9 @@ from .gpustate import GpuProcess, GpuState
 DEFAULT_PROTECTED = ("nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "nv-fabricmanager",
                      "nvidia-fabricmanager")
 DEFAULT_THRESHOLD_MIB = 256
+# What a protected daemon may hold and still be tolerated: the NVIDIA daemons hold a few MiB at most, so a
+# process with a daemon's name holding gigabytes is not one of them, and its memory would make a start OOM.
+DEFAULT_PROTECTED_MAX_MIB = 1024
 
 
 def _base(text: str) -> str:
@@ -41,6 +44,7 @@ class Selection:
     names: tuple[str, ...] = ()  # fnmatch patterns on name/comm/cmdline; empty: any compute process
     protected: tuple[str, ...] = DEFAULT_PROTECTED
     threshold_mib: int = DEFAULT_THRESHOLD_MIB
+    protected_max_mib: int = DEFAULT_PROTECTED_MAX_MIB
 
     def indices(self, state: GpuState) -> list[int]:
         present = [g.index for g in state.gpus]
@@ -84,39 +88,72 @@ class Target:
 class IdlePlan:
     gpus: tuple[int, ...]
     targets: tuple[Target, ...] = ()
-    protected: tuple[GpuProcess, ...] = ()
-    foreign: tuple[tuple[GpuProcess, str], ...] = ()
+    protected: tuple[GpuProcess, ...] = ()  # tolerated: within protected_max_mib
+    foreign: tuple[tuple[GpuProcess, str], ...] = ()  # on the GPUs, never signalled: why not
     held_mib: dict[int, int] = field(default_factory=dict)  # memory that counts against idle, per GPU
     idle: bool = False
+    unreadable: tuple[tuple[int, str], ...] = ()  # (GPU, why its memory cannot be read)
 
     def describe(self) -> list[str]:
         lines = [t.describe() for t in self.targets]
         lines += [f"leave pid {p.pid} ({p.label}, user {p.user}) on GPU {p.gpu_index}: protected daemon"
                   for p in self.protected]
         lines += [f"refuse pid {p.pid} ({p.label}) on GPU {p.gpu_index}: {why}" for p, why in self.foreign]
+        lines += [f"GPU {i}: memory use unreadable ({why}): cannot be proven idle" for i, why in self.unreadable]
         busy = [f"GPU {i}: {mib} MiB" for i, mib in self.held_mib.items() if mib]
-        if busy and not self.targets and not self.foreign:
+        if busy and not self.targets and not self.foreign and not self.unreadable:
             lines.append(f"wait for the driver to release memory ({', '.join(busy)})")
         return lines
 
 
+def tolerated(proc: GpuProcess, sel: Selection) -> bool:
+    """A protected daemon within the memory a daemon plausibly holds (``[N/A]`` per-process memory: tolerated)."""
+    return is_protected(proc, sel.protected) and (proc.used_mib or 0) <= sel.protected_max_mib
+
+
 def held_mib(state: GpuState, sel: Selection) -> dict[int, int]:
-    """Used memory per selected GPU, less what protected daemons hold."""
+    """Used memory per selected readable GPU, less what tolerated protected daemons hold."""
     held = {}
     for idx in sel.indices(state):
         gpu = state.gpu(idx)
-        tolerated = sum(p.used_mib or 0 for p in state.on_gpu(idx) if is_protected(p, sel.protected))
-        held[idx] = max(0, gpu.used_mib - tolerated) if gpu else 0
+        if gpu is None or not gpu.readable:
+            continue
+        allowed = sum(p.used_mib or 0 for p in state.on_gpu(idx) if tolerated(p, sel))
+        held[idx] = max(0, gpu.used_mib - allowed)
     return held
+
+
+def unreadable(state: GpuState, sel: Selection) -> tuple[tuple[int, str], ...]:
+    return tuple((i, state.gpu(i).memory_error or "memory use not reported") for i in sel.indices(state)
+                 if state.gpu(i) is not None and not state.gpu(i).readable)
 
 
 def unprotected(state: GpuState, sel: Selection) -> list[GpuProcess]:
     chosen = set(sel.indices(state))
-    return [p for p in state.processes if p.gpu_index in chosen and not is_protected(p, sel.protected)]
+    return [p for p in state.processes if p.gpu_index in chosen and not tolerated(p, sel)]
 
 
 def is_idle(state: GpuState, sel: Selection) -> bool:
-    return not unprotected(state, sel) and all(m <= sel.threshold_mib for m in held_mib(state, sel).values())
+    """Unreadable memory is never idle: nothing could prove it."""
+    return (not unprotected(state, sel) and not unreadable(state, sel)
+            and all(m <= sel.threshold_mib for m in held_mib(state, sel).values()))
+
+
+def not_signallable(proc: GpuProcess, sel: Selection) -> str | None:
+    """Why a listed GPU process must not be signalled from here though its user and name allow it, or None."""
+    if is_protected(proc, sel.protected):
+        return (f"protected daemon holding {proc.used_mib} MiB, above protected_max_mib={sel.protected_max_mib}: "
+                f"never signalled, and its memory is not tolerated")
+    if proc.start is None:
+        return ("listed by the driver but not visible in this PID namespace ([Not Found]): it cannot be verified "
+                "or signalled from here")
+    if proc.gpu_fds is False:
+        return (f"the driver lists pid {proc.pid}, but pid {proc.pid} here holds no GPU device open: a PID from "
+                f"another PID namespace (a container without the host's PID namespace?) that maps to an "
+                f"unrelated process here")
+    if proc.gpu_fds is None:
+        return f"cannot confirm that pid {proc.pid} holds a GPU device (/proc/{proc.pid}/fd is not readable here)"
+    return None
 
 
 def _signal_group(proc: GpuProcess, state: GpuState, sel: Selection, targets: set[int]) -> bool:
@@ -137,12 +174,13 @@ def plan_idle(state: GpuState, sel: Selection) -> IdlePlan:
     gpus = tuple(sel.indices(state))
     chosen = set(gpus)
     on_chosen = [p for p in state.processes if p.gpu_index in chosen]
-    protected = tuple(p for p in on_chosen if is_protected(p, sel.protected))
+    protected = tuple(p for p in on_chosen if tolerated(p, sel))
     foreign, by_pid = [], {}
     for proc in on_chosen:
-        if proc in protected or proc.start is None:  # start None: it exited between the two reads
+        if proc in protected:
             continue
-        why = sel.may_stop(proc, state)
+        why = (None if is_protected(proc, sel.protected) or proc.start is None else sel.may_stop(proc, state)) \
+            or not_signallable(proc, sel)
         if why:
             foreign.append((proc, why))
         else:
@@ -155,4 +193,5 @@ def plan_idle(state: GpuState, sel: Selection) -> IdlePlan:
                               first.user,
                               tuple(e.gpu_index for e in entries), None if None in mibs else sum(mibs),
                               first.label))
-    return IdlePlan(gpus, tuple(targets), protected, tuple(foreign), held_mib(state, sel), is_idle(state, sel))
+    return IdlePlan(gpus, tuple(targets), protected, tuple(foreign), held_mib(state, sel), is_idle(state, sel),
+                    unreadable(state, sel))

@@ -13,6 +13,7 @@ lease is broken at once and that is said.
 """
 from __future__ import annotations
 
+import atexit
 import getpass
 import json
 import os
@@ -22,9 +23,9 @@ import time
 import uuid
 
 from pyinfra.api import FunctionCommand
-from pyinfra.api.state import BaseStateCallback
+from pyinfra.api.state import BaseStateCallback, State
 
-from . import report
+from . import interrupt, report
 from .remote import host_python, python_script
 from .remote_common import start_time
 from .waiting import RealClock
@@ -35,7 +36,8 @@ _runs: dict[int, "_Run"] = {}  # id(state) -> this run's identity and the hosts 
 
 
 class _Run(BaseStateCallback):
-    """This run's owner identity; releases every lease it holds when the run's last operation ends."""
+    """This run's owner identity. Releases a host's lease when that host fails (it leaves the run), every lease
+    when the run's last operation ends, and whatever is still held when the process exits (an aborted run)."""
 
     def __init__(self, state):
         self.state = state
@@ -47,6 +49,16 @@ class _Run(BaseStateCallback):
         order = state.get_op_order()
         if order and op_hash == order[-1]:
             release_all(state)
+
+    def operation_host_error(self, state, host, op_hash, retry_count=0, max_retries=0):
+        if retry_count < max_retries or host.name not in self.held:
+            return
+        try:
+            ignored = state.get_op_data_for_host(host, op_hash).global_arguments.get("_ignore_errors")
+        except (KeyError, AttributeError):
+            ignored = False
+        if not ignored:  # the host is out of this run: a failed run must not keep the host for its whole TTL
+            release(state, host.name)
 
 
 def _user() -> str:
@@ -62,6 +74,9 @@ def run_of(state) -> _Run:
         run = _runs[id(state)] = _Run(state)
         if hasattr(state, "add_callback_handler"):
             state.add_callback_handler(run)
+        if isinstance(state, State):  # a real run: an aborted one (Ctrl-C, "No hosts remaining") releases too
+            atexit.register(release_all, state)
+            interrupt.install(on_abort=lambda: release_all(state))
     return run
 
 
@@ -83,9 +98,18 @@ def _ctl(host, python: str, *args: str) -> dict:
 
 
 def describe(holder: dict, now: float) -> str:
-    since = time.strftime("%H:%M:%S", time.localtime(holder.get("acquired_at", now)))
+    since = time.strftime("%H:%M:%S", time.localtime(holder.get("acquired_at") or now))
     return (f"{holder.get('user')}@{holder.get('controller')} pid {holder.get('pid')} ({holder.get('what')}), "
-            f"since {since}, lease expires in {max(0, holder.get('expires_at', now) - now):.0f} s")
+            f"since {since}, lease expires in {max(0, (holder.get('expires_at') or now) - now):.0f} s")
+
+
+def _not_checkable(holder: dict, me: dict, path: str, now: float) -> str:
+    """One line for a lease held from another controller, whose process this run cannot see."""
+    if holder.get("controller") == me["controller"]:
+        return ""
+    until = time.strftime("%H:%M:%S", time.localtime(holder.get("expires_at") or now))
+    return (f" [held from controller {holder.get('controller')}: if pid {holder.get('pid')} is no longer running "
+            f"there, the lease expires at {until}, or remove {path}]")
 
 
 def _gone_here(holder: dict, me: dict) -> bool:
@@ -94,6 +118,7 @@ def _gone_here(holder: dict, me: dict) -> bool:
             and start_time(holder.get("pid") or 0) != holder.get("pid_start"))
 
 
+@interrupt.stops_on_interrupt
 def _acquire(state, host, what: str, ttl_s: float, python: str | None) -> bool:
     run = run_of(state)
     python = host_python(python, host)
@@ -103,7 +128,10 @@ def _acquire(state, host, what: str, ttl_s: float, python: str | None) -> bool:
     start, shown = clock.now(), None
     while True:
         args = ["acquire", path, json.dumps(me), str(ttl_s)] + ([breaking] if breaking else [])
+        interrupt.check(f"taking the host lease for {what}")
         doc = _ctl(host, python, *args)
+        for note in doc.get("notes") or ():
+            report.log(host, f"lock: {note}", fg="yellow")
         if doc.get("acquired"):
             run.held[host.name] = python
             took = doc.get("took_over")
@@ -124,27 +152,34 @@ def _acquire(state, host, what: str, ttl_s: float, python: str | None) -> bool:
         if waited >= wait_s:
             report.error(host, f"{what}: another specops run holds this host: {describe(holder, doc['now'])}; "
                                f"waited {waited:.0f} s, nothing changed here. Run again when it is done (or, if "
-                               f"that run is gone, when its lease expires, or remove {path})")
+                               f"that run is gone, when its lease expires, or remove {path})"
+                               f"{_not_checkable(holder, me, path, doc['now'])}")
             return False
         if shown is None or clock.now() - shown >= 10:
             shown = clock.now()
             report.log(host, f"lock: waiting for another specops run: {describe(holder, doc['now'])} "
-                             f"({waited:.0f} of {wait_s:.0f} s)")
+                             f"({waited:.0f} of {wait_s:.0f} s){_not_checkable(holder, me, path, doc['now'])}")
         clock.sleep(min(1.0, max(0.0, wait_s - waited)))
 
 
-def release_all(state) -> None:
-    """Release every lease this run holds (after its last operation)."""
+def release(state, name: str) -> None:
+    """Release the lease this run holds on host ``name`` (best effort: a host that went away keeps it until it
+    expires, and that is said)."""
     run = _runs.get(id(state))
-    if run is None:
+    if run is None or name not in run.held:
         return
-    for name, python in list(run.held.items()):
-        on_host = state.inventory.get_host(name)
-        try:
-            doc = _ctl(on_host, python, "release", lease_path(on_host), run.owner["id"])
-        except Exception as exc:  # a host that went away keeps the lease until it expires
-            doc = {"error": f"{type(exc).__name__}: {exc}"}
-        if doc.get("released"):
-            run.held.pop(name)
-        elif "error" in doc:
-            report.log(on_host, f"lock: could not release the host lease ({doc['error']}); it expires by itself")
+    python = run.held.pop(name)
+    on_host = state.inventory.get_host(name)
+    try:
+        doc = _ctl(on_host, python, "release", lease_path(on_host), run.owner["id"])
+    except Exception as exc:  # noqa: BLE001 - a host that went away keeps the lease until it expires
+        doc = {"error": f"{type(exc).__name__}: {exc}"}
+    if "error" in doc:
+        report.log(on_host, f"lock: could not release the host lease ({doc['error']}); it expires by itself")
+
+
+def release_all(state) -> None:
+    """Release every lease this run still holds (after its last operation, and at exit)."""
+    run = _runs.get(id(state))
+    for name in list(run.held) if run is not None else ():
+        release(state, name)

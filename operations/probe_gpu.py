@@ -1,4 +1,5 @@
-"""Remote GPU probe: run on the target host as ``python3 -c <this file> [--no-nvml] [--wait JSON]``.
+"""Remote GPU probe: run on the target host as
+``python3 -c <this file> [--no-nvml] [--wait JSON] [--devices GLOB] [--fd-holders]``.
 
 Prints one JSON document. Standard library only; pynvml is used when the host's Python imports and initialises
 it, else ``nvidia-smi`` CSV is read (both queries at once) and parsed here. Each GPU process is enriched from
@@ -8,7 +9,15 @@ and the members of its process group (so a group is only signalled when every me
 ``--wait`` makes the probe sample on the host until a condition holds (for ``stable_s`` over two samples) or
 ``budget_s`` runs out, so waiting for memory release costs one round trip per progress line, not per sample.
 The controller re-checks every document it gets; the condition here only decides when to answer.
+
+Memory the driver will not report (``[N/A]`` on GPUs such as GB10, ``[Insufficient Permissions]`` for MIG in an
+unprivileged container, an NVML error) is ``null`` with the reason in ``memory_error``: never read as 0.
+Each GPU process also says whether it holds a GPU device open (``gpu_fds``: true, false, or null when /proc does
+not let us look; GLOB, default ``/dev/nvidia*``), so a PID the driver reports from another PID namespace is
+never mistaken for the local process that has that number. ``--fd-holders`` lists every local process holding
+such a device open (what pins memory the driver no longer lists).
 """
+import fnmatch
 import json
 import os
 import pwd
@@ -52,8 +61,13 @@ def mib(text):
 
 
 def parse_gpu_csv(text):
-    return [{"index": int(i), "uuid": uuid, "name": name, "used_mib": mib(used) or 0, "total_mib": mib(total) or 0}
-            for i, uuid, name, used, total in csv_rows(text, 5, name_col=2)]
+    gpus = []
+    for i, uuid, name, used, total in csv_rows(text, 5, name_col=2):
+        used_mib = mib(used)
+        why = "" if used_mib is not None else f"nvidia-smi reports memory.used as {used.strip() or '(empty)'}"
+        gpus.append({"index": int(i), "uuid": uuid, "name": name, "used_mib": used_mib, "total_mib": mib(total),
+                     "memory_error": why})
+    return gpus
 
 
 def parse_apps_csv(text):
@@ -72,10 +86,14 @@ def nvml_source():
         gpus, apps = [], []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
             uuid = pynvml.nvmlDeviceGetUUID(h)
+            try:
+                mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+                used, total, why = mem.used // MIB, mem.total // MIB, ""
+            except pynvml.NVMLError as exc:  # e.g. Not Supported (GB10), No Permission (MIG, unprivileged)
+                used, total, why = None, None, f"pynvml nvmlDeviceGetMemoryInfo: {exc}"
             gpus.append({"index": i, "uuid": uuid, "name": pynvml.nvmlDeviceGetName(h),
-                         "used_mib": mem.used // MIB, "total_mib": mem.total // MIB})
+                         "used_mib": used, "total_mib": total, "memory_error": why})
             for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
                 used = p.usedGpuMemory
                 apps.append({"pid": p.pid, "gpu_uuid": uuid, "name": "",
@@ -114,7 +132,7 @@ def satisfied(doc, cond):
     if any(a["gpu_uuid"] in uuids and a["pid"] not in tolerated for a in doc["apps"]):
         return False
     allow = cond.get("tolerated_mib", {})
-    return all(g["used_mib"] - allow.get(str(g["index"]), 0) <= cond["threshold_mib"]
+    return all(g["used_mib"] is not None and g["used_mib"] - allow.get(str(g["index"]), 0) <= cond["threshold_mib"]
                for g in doc["gpus"] if g["index"] in chosen)
 
 
@@ -142,7 +160,38 @@ def user_of(uid):
         return str(uid)
 
 
-def proc_info(pid):
+def holds_device(pid, pattern):
+    """True if pid has a GPU device (``pattern``) open, False if not, None if /proc does not let us look."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if fnmatch.fnmatchcase(os.readlink(f"/proc/{pid}/fd/{fd}"), pattern):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def fd_holders(pattern):
+    """Every local process holding a GPU device open (what still pins memory the driver no longer lists)."""
+    out = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        pid = int(entry)
+        if pid == os.getpid() or holds_device(pid, pattern) is not True:
+            continue
+        info = proc_info(pid, pattern)
+        if info:
+            out.append({"pid": pid, "user": info["user"], "uid": info["uid"], "comm": info["comm"],
+                        "argv": info["argv"], "start": info["start"]})
+    return out
+
+
+def proc_info(pid, pattern="/dev/nvidia*"):
     try:
         info = proc_stat(pid)
         if info is None:
@@ -154,7 +203,7 @@ def proc_info(pid):
             comm = fh.read().strip()
     except (OSError, ValueError, IndexError):
         return None
-    info.update(uid=uid, user=user_of(uid), comm=comm, argv=masked(argv))
+    info.update(uid=uid, user=user_of(uid), comm=comm, argv=masked(argv), gpu_fds=holds_device(pid, pattern))
     return info
 
 
@@ -180,6 +229,7 @@ def group_members(pgids):
 
 def main(argv):
     cond = json.loads(argv[argv.index("--wait") + 1]) if "--wait" in argv else None
+    devices = argv[argv.index("--devices") + 1] if "--devices" in argv else "/dev/nvidia*"
     sources = [smi_source] if "--no-nvml" in argv else [nvml_source, smi_source]
     labels = {nvml_source: "pynvml", smi_source: "nvidia-smi"}
     errors, doc = [], {"source": "none"}
@@ -201,9 +251,11 @@ def main(argv):
     doc["me"] = {"uid": os.getuid(), "user": user_of(os.getuid()), "pid": os.getpid(), "sid": me["sid"],
                  "pgid": me["pgid"]}
     if doc["source"] != "none":
-        procs = {str(pid): proc_info(pid) for pid in sorted({a["pid"] for a in doc["apps"]})}
+        procs = {str(pid): proc_info(pid, devices) for pid in sorted({a["pid"] for a in doc["apps"]})}
         doc["procs"] = procs
         doc["groups"] = group_members({p["pgid"] for p in procs.values() if p})
+    if "--fd-holders" in argv:
+        doc["fd_holders"] = fd_holders(devices)
     sys.stdout.write(json.dumps(doc) + "\n")
 
 

@@ -41,6 +41,16 @@ def accept_length(server_info: dict | None) -> float | None:
     return float(value) if value is not None else None
 
 
+def live_problems(cfg: ServerConfig, server_info: dict | None) -> list[str]:
+    """What a converged server's own report says is wrong now (re-checked on every no-op run, not only at start):
+    today the average accept length against ``min_accept_length``."""
+    acc = accept_length(server_info)
+    if cfg.speculative and cfg.min_accept_length is not None and acc is not None and acc < cfg.min_accept_length:
+        return [f"its average accept length is {acc:.2f} < min_accept_length {cfg.min_accept_length} "
+                f"(speculation underperforms)"]
+    return []
+
+
 LOW_ACCEPT_READINGS = 3  # one short generation is noisy: fail on low accept length only when it persists
 
 

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import posixpath
 import re
+import uuid
 from dataclasses import replace
 from io import StringIO
 
@@ -11,13 +13,14 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringC
 from pyinfra.operations.util.files import generate_color_diff
 
 from . import config as configs
-from . import gpu, lock, report, summary, topology
+from . import gpu, interrupt, lock, report, summary, topology
 from .config import ServerConfig
 from .engines import HostContext, validate
 from .errors import ConfigError
-from .gpustate import GpuStateFact, process_table
+from .gpustate import process_table, read_gpus
+from .idle_converge import refusal
 from .idle_plan import Selection, plan_idle
-from .readiness import await_ready
+from .readiness import await_ready, live_problems
 from .remote import host_python
 from .serverstate import ServerStatusFact, drift, recorded_view
 from .supervisors import supervisor_for
@@ -138,18 +141,34 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
     python = host_python(python)
     cfg = resolve(config)
     sup = _supervisor(server_name, supervisor, state_dir, python)
-    gpus_now = host.get_fact(GpuStateFact, python=python)
+    gpus_now = read_gpus(host, python)
     issues = validate(cfg, HostContext(host.name, len(gpus_now.gpus) if gpus_now.available else None))
     if issues:
         raise ConfigError(issues)
     status = host.get_fact(ServerStatusFact, directory=sup.directory, port=cfg.port, unit=sup.unit, python=python)
+    if status.unsafe:
+        yield summary.failure(f"server.running {server_name}: {status.problem}; nothing changed")
+        return
+    if status.problem:
+        report.log(host, f"server.running {server_name}: {status.problem}: it will be set aside; specops "
+                         f"cannot tell from it whether its server runs, and signals nothing it names", fg="yellow")
     changes = drift(cfg, status)
     restart = [c for c in changes if c.restart]
     healthy = (status.alive and status.status == "running" and status.health == 200
                and status.config_hash == cfg.config_hash)  # "starting": never verified, so verify again
     if healthy and not restart:
+        problems = live_problems(cfg, status.server_info)
+        if problems:  # converged but underperforming: a restart would not change what the draft model accepts
+            yield summary.failure(f"server.running {server_name}: running config {cfg.name}, pid {status.pid}, "
+                                  f"but {'; '.join(problems)}; not restarting (a restart does not change the "
+                                  f"draft model's acceptance): check the draft model, or lower min_accept_length")
+            return
         extra = f"; {', '.join(str(c) for c in changes)}" if changes else ""
         host.noop(f"server {server_name} running config {cfg.name} ({cfg.config_hash}), pid {status.pid}, healthy{extra}")
+        return
+    blocker = _start_blocker(cfg, status, gpus_now, idle, users)
+    if blocker:  # fail now, while the old server still serves, not after stopping it
+        yield summary.failure(f"server.running {server_name}: {blocker}; the running server was left as it was")
         return
     files = sup.files(cfg)
     if report.print_plan_now():
@@ -173,6 +192,19 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
     yield FunctionCommand(_await_ready, (cfg, sup, python, progress_s), {})
 
 
+def _start_blocker(cfg: ServerConfig, status, gpus_now, idle: bool, users) -> str | None:
+    """Why gpu.idle would refuse the server's GPUs (unreadable GPUs or memory, processes it may not stop),
+    judged before the old server is stopped; our own server's processes do not count (its supervisor stops them)."""
+    if not idle:
+        return None
+    if not gpus_now.available:
+        return f"cannot read GPUs: {gpus_now.error}"
+    ours = {status.pid} if status.alive else set()
+    others = replace(gpus_now, processes=tuple(p for p in gpus_now.processes if p.pid not in ours and p.pgid not in ours))
+    verdict = refusal(plan_idle(others, Selection(frozenset(cfg.gpu_indices()), gpu.as_patterns(users))))
+    return f"gpu.idle would refuse GPU {','.join(map(str, cfg.gpu_indices()))}: {verdict.text}" if verdict else None
+
+
 def stop_and_idle(sup, cfg: ServerConfig, alive: bool, idle: bool, users, grace_s, idle_deadline_s, python):
     """Commands: this run's host lock, the server's 0700 directory, our old server stopped, then (``idle``) its
     GPUs made idle."""
@@ -180,8 +212,9 @@ def stop_and_idle(sup, cfg: ServerConfig, alive: bool, idle: bool, users, grace_
         gpu.timing_of(grace_s, idle_deadline_s)  # a bad pair fails here, before the old server is stopped
     yield lock.acquired(f"server {sup.name} -> config {cfg.name}",
                         idle_deadline_s + grace_s + cfg.stop_grace_s + cfg.ready_timeout_s + 600, python)
-    yield StringCommand("mkdir", "-p", QuoteString(sup.directory), "&&", "chmod", "700", QuoteString(sup.directory))
+    yield sup.ctl("prepare", sup.directory)  # created 0700, or refused in a tree other users can write
     if alive:
+        yield interrupt.guard(f"stopping server {sup.name}")
         yield from sup.stop(cfg.stop_grace_s)
     if idle:
         yield from gpu.idle._inner(gpus=cfg.gpu_indices(), users=users, grace_s=grace_s,
@@ -190,11 +223,38 @@ def stop_and_idle(sup, cfg: ServerConfig, alive: bool, idle: bool, users, grace_
 
 def launch(sup, cfg: ServerConfig, files):
     """Commands: upload the launch files with their modes, start the server, record what it was started with."""
-    for f in files:
-        yield FileUploadCommand(StringIO(f.content), f.path)
-        yield StringCommand("chmod", f.mode, QuoteString(f.path))
+    yield from uploads(files)
+    yield interrupt.guard(f"starting server {sup.name}")
     yield from sup.start(cfg)
     yield sup.ctl("annotate", sup.directory, json.dumps(recorded_view(cfg), sort_keys=True))
+
+
+ELEVATION = ("_sudo", "_doas", "_dzdo", "_su_user")  # pyinfra's arguments that make uploads go through a temp file
+AS_SSH_USER = {"_sudo": False, "_doas": False, "_dzdo": False, "_su_user": None}
+
+
+def uploads(files):
+    """Commands: each launch file uploaded and given its mode.
+
+    With ``_sudo`` (or doas/dzdo/su) pyinfra's SSH connector first uploads to ``/tmp/pyinfra-<sha1 of the
+    destination>`` (a name any local user can compute and pre-create), created with the SFTP default mode, then
+    ``cp``s it with sudo and leaves it behind if that fails (pyinfra 3.10, connectors/ssh.py put_file). So here
+    every file travels through a fresh directory with an unguessable name, created 0700 by the SSH user
+    (``mkdir`` fails if anything already has that name), removed right after; a leftover of a failed run is
+    removed before the next upload. Without elevation the upload writes the destination directly."""
+    elevated = any((getattr(host, "current_op_global_arguments", None) or {}).get(k) for k in ELEVATION)
+    private = host.get_temp_filename(f"specops-upload-{uuid.uuid4().hex}", hash_filename=False) if elevated else None
+    if private:
+        pattern = posixpath.basename(private).rsplit("-", 1)[0] + "-*"
+        yield StringCommand("find", QuoteString(posixpath.dirname(private)), "-maxdepth", "1", "-user",
+                            '"$(id -u)"', "-name", QuoteString(pattern), "-exec", "rm", "-rf", "{}", "+", ";",
+                            "mkdir", "-m", "700", QuoteString(private), **AS_SSH_USER)
+    for f in files:
+        temp = posixpath.join(private, posixpath.basename(f.path)) if private else None
+        yield FileUploadCommand(StringIO(f.content), f.path, remote_temp_filename=temp)
+        yield StringCommand("chmod", f.mode, QuoteString(f.path))
+    if private:
+        yield StringCommand("rm", "-rf", QuoteString(private), **AS_SSH_USER)
 
 
 def _rolling() -> bool:
@@ -225,6 +285,7 @@ def _why(cfg: ServerConfig, status, healthy: bool) -> str:
     return "the live server reports other settings than it was started with (drift): restart"
 
 
+@interrupt.stops_on_interrupt
 def _await_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: float, peers=None) -> bool:
     """Wait for readiness; ``peers()`` (multi-node rank 0) may report a dead rank between rounds."""
     def read(budget: float) -> dict:
@@ -240,7 +301,11 @@ def _await_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: f
         return doc
 
     verdict = await_ready(read, cfg, RealClock(), lambda m: report.log(host, f"server.running: {m}"), progress_s)
-    if verdict.ok:
+    if verdict.ok:  # only a completed verification marks the server running (never a host-side wait)
+        ok, out = host.run_shell_command(sup.ctl("verified", sup.directory, cfg.config_hash))
+        if not ok:
+            report.error(host, f"server.running: verified, but could not record it: {' '.join(out.stderr_lines[-2:])}")
+            return False
         report.log(host, f"server.running: {verdict.text}", fg="green")
         return True
     if verdict.status != "dead":  # leave nothing half-started holding the GPUs
@@ -248,8 +313,7 @@ def _await_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: f
     lines = [f"server.running: {verdict.text}"]
     if verdict.log_tail:
         lines += ["  last lines of the server log:"] + [f"    {line}" for line in verdict.log_tail]
-    lines += ["  GPU processes now:"] + [f"    {line}" for line in process_table(
-        host.get_fact(GpuStateFact, python=python))]
+    lines += ["  GPU processes now:"] + [f"    {line}" for line in process_table(read_gpus(host, python))]
     report.error(host, "\n".join(lines))
     return False
 
@@ -270,11 +334,20 @@ def stopped(server_name: str = "llm", port: int = 30000, supervisor: str | None 
 
         server.stopped(server_name="llm")
     """
+    from .hostdata import as_port
+
+    port = as_port(host, port)  # port=0 would read as "not running" and leave the server up
     python = host_python(python)
     sup = _supervisor(server_name, supervisor, state_dir, python)
     status = host.get_fact(ServerStatusFact, directory=sup.directory, port=port, unit=sup.unit, python=python)
+    if status.unsafe or (status.problem and status.health is not None):
+        yield summary.failure(f"server.stopped {server_name}: {status.problem}"
+                              + ("" if status.unsafe else f"; something answers on port {port}, and specops "
+                                 f"cannot tell whether it is its server: not signalling it; stop it by hand"))
+        return
     if not status.alive:
-        host.noop(f"server {server_name} not running ({status.status})")
+        host.noop(f"server {server_name} not running ({status.problem or status.status})")
         return
     yield lock.acquired(f"server.stopped {server_name}", grace_s + 600, python)
+    yield interrupt.guard(f"stopping server {server_name}")
     yield from sup.stop(grace_s)

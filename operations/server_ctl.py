@@ -1,13 +1,17 @@
 """Remote server control: ``python3 -c <this file> COMMAND DIR ...`` on the target host; prints one JSON document.
 
 DIR holds one server: launch.sh (0700), secrets.env (0600, sourced by launch.sh), state.json (what specops
-started: pid, start time, config hash), server.log. Secrets never travel on a command line: the HTTP checks here
+started: pid, start time, config hash), server.log. Every command but ``status`` and ``prepare`` refuses a DIR in
+a tree another local user could write; state.json is schema-checked and a corrupt one is set aside (renamed
+``state.json.corrupt-...``) by the commands that change the host, never acted upon. Secrets never travel on a command line: the HTTP checks here
 read the API key from secrets.env themselves.
 
-    status DIR PORT [UNIT]         state, liveness, /health, /get_server_info, launch.sh content
+    status DIR PORT [UNIT]         state, liveness, /health, /get_server_info, launch.sh content (read only)
+    prepare DIR                    create or check the 0700 server directory (refused in a tree others can write)
     start DIR HASH [PORT]          setsid launch.sh >> server.log, record pid/start/hash (refused if PORT is taken)
     record DIR HASH UNIT           after systemctl start: record the unit's MainPID
     annotate DIR JSON              add what the server was started with (masked args, verify settings)
+    verified DIR HASH              the controller verified it: status -> running (nothing else marks it so)
     stop DIR GRACE [UNIT]          TERM the process group, KILL after GRACE seconds; state -> stopped
     wait DIR PORT JSON             sample until ready (or dead, or budget spent); JSON: budget_s, prompt, engine
     bench DIR NAME JSON            start (once per key) or attach to benchmark NAME, wait up to budget_s; JSON:
@@ -25,11 +29,19 @@ import urllib.error
 import urllib.request
 
 try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
-    from operations.remote_common import load_json, masked, save_json, start_time
+    from operations.remote_common import (DICT, INT, NUM, STR, masked, open_append, private_dir,
+                                          read_doc, save_json, set_aside, start_time, unsafe_tree)
 except ImportError:
     pass
 
 LOG_TAIL = 40
+STATUSES = ("starting", "running", "stopped", "failed")
+# state.json: what specops started. Every field is type-checked before it is trusted: a pid or pgid from a
+# document that does not pass is never signalled.
+STATE_SCHEMA = {"status": (STR, False), "pid": (INT, True), "pgid": (INT, True), "start": (INT, True),
+                "config_hash": (STR, True), "started_at": (NUM, True), "supervisor": (STR, True),
+                "unit": (STR, True), "recorded": (DICT, True), "stopped_at": (NUM, True),
+                "failed_at": (NUM, True), "verified_at": (NUM, True)}
 
 
 def read(path, default=None):
@@ -40,8 +52,28 @@ def read(path, default=None):
         return default
 
 
-def load_state(d):
-    return load_json(os.path.join(d, "state.json"), {})
+def state_problem(d):
+    """Why the server directory cannot be trusted or its state.json not be read, or None."""
+    unsafe = unsafe_tree(d)
+    if unsafe:
+        return f"unsafe server directory {d}: {unsafe}"
+    _, problem = read_doc(os.path.join(d, "state.json"), STATE_SCHEMA, required=("status",))
+    return f"{os.path.join(d, 'state.json')}: {problem}" if problem else None
+
+
+def load_state(d, notes=None):
+    """state.json as a dict ({} when absent). A corrupt one reads as {}; where ``notes`` is given (a command that
+    changes the host) it is also set aside, and that is noted, so the host is never wedged by it."""
+    path = os.path.join(d, "state.json")
+    doc, problem = read_doc(path, STATE_SCHEMA, required=("status",))
+    if problem is None:
+        return doc
+    if doc is None and problem and notes is not None:
+        try:
+            notes.append(f"{path}: {problem}: set aside as {set_aside(path)}; nothing it names was signalled")
+        except OSError as exc:
+            notes.append(f"{path}: {problem}: could not set it aside ({exc.strerror})")
+    return {}
 
 
 def save_state(d, state):
@@ -49,8 +81,10 @@ def save_state(d, state):
 
 
 def alive(state):
-    pid = state.get("pid")
-    return bool(pid) and start_time(pid) == state.get("start")
+    """The process specops started still runs: a positive integer pid whose /proc start time is the recorded one.
+    (A missing or null start never matches: None == None must not make a dead or unknown pid 'alive'.)"""
+    pid, start = state.get("pid"), state.get("start")
+    return isinstance(start, int) and not isinstance(start, bool) and start_time(pid) == start
 
 
 def secret(d, name):
@@ -108,12 +142,15 @@ def unit_pid(unit):
 
 
 def cmd_status(d, port, unit=None):
+    problem = state_problem(d)
     state = load_state(d)
     if unit and state.get("status") in ("running", "starting"):
         pid = unit_pid(unit)
         state["pid"], state["start"] = (pid, start_time(pid)) if pid else (None, None)
     doc = {"state": state, "alive": alive(state), "launch_sh": read(os.path.join(d, "launch.sh")),
            "unit_file": read(f"/etc/systemd/system/{unit}") if unit else None}
+    if problem:
+        doc["problem"] = problem
     code, _ = http(d, port, "/health", timeout=1.0)
     doc["health"] = code
     if code is not None:
@@ -157,7 +194,7 @@ def detach(argv, log_path, env=None):
         if pid:
             os.write(w, str(pid).encode())
             os._exit(0)
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log = open_append(log_path)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(log, 1)
@@ -168,39 +205,67 @@ def detach(argv, log_path, env=None):
     return int(os.read(r, 32) or 0)
 
 
+def cmd_prepare(d):
+    """The server's own 0700 directory, created or checked: never a symlink, never in a tree another user can
+    write (they could swap launch.sh, which this host's specops user runs)."""
+    problem = private_dir(d)
+    return {"error": problem} if problem else {"ready": d}
+
+
 def cmd_start(d, config_hash, port=None):
-    state = load_state(d)
+    notes = []
+    state = load_state(d, notes)
     if alive(state):
         return {"error": f"already running as pid {state['pid']}"}
     owner = listener(port) if port else None
     if owner:  # starting now would only die with 'Address already in use' after loading the weights
-        return {"error": f"port {port} is already in use by {owner}; not starting"}
+        return {"error": f"port {port} is already in use by {owner}; not starting", "notes": notes}
     pid = detach(["/bin/sh", os.path.join(d, "launch.sh")], os.path.join(d, "server.log"))
     state = {"status": "starting", "pid": pid, "pgid": os.getpgid(pid), "start": start_time(pid),
              "config_hash": config_hash, "started_at": time.time(), "supervisor": "process"}
     save_state(d, state)
-    return state
+    return {**state, "notes": notes}
 
 
 def cmd_record(d, config_hash, unit):
+    notes = []
+    load_state(d, notes)  # a corrupt one is set aside (and said) before it is replaced
     pid = unit_pid(unit)
-    state = {"status": "starting", "pid": pid, "pgid": os.getpgid(pid) if pid else None, "start": start_time(pid),
-             "config_hash": config_hash, "started_at": time.time(), "supervisor": "systemd", "unit": unit}
+    state = {"status": "starting", "pid": pid or None, "pgid": os.getpgid(pid) if pid else None,
+             "start": start_time(pid), "config_hash": config_hash, "started_at": time.time(),
+             "supervisor": "systemd", "unit": unit}
+    save_state(d, state)
+    return {**state, "notes": notes}
+
+
+def cmd_verified(d, config_hash):
+    """The controller verified the server (health, generation, reported config, accept length): only now is it
+    'running'. Host-side waits never mark it so: a wait orphaned by a lost controller proves nothing."""
+    state = load_state(d, [])
+    if not alive(state) or state.get("config_hash") != config_hash:
+        return {"error": f"not marking verified: the server is {'gone' if not alive(state) else 'on config ' + str(state.get('config_hash'))}"}
+    state = {**state, "status": "running", "verified_at": time.time()}
     save_state(d, state)
     return state
 
 
 def signal_group(state, grace, kill_wait):
-    """TERM the process group of something we started (its pid and start time still match), KILL it if it
-    outlives ``grace`` seconds, wait up to ``kill_wait`` for that; the last signal sent ("TERM", "KILL", None)."""
+    """TERM the process group of something we started, KILL it if it outlives ``grace`` seconds, wait up to
+    ``kill_wait`` for that; the last signal sent ("TERM", "KILL", None). Nothing is signalled unless the pid is
+    alive with its recorded start time; the group only while that pid is still in the recorded group, else the
+    pid alone (a pgid from a stale or edited document never reaches killpg)."""
     sent = None
     for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, kill_wait)):
         if not alive(state):
             break
+        pid, pgid = state["pid"], state.get("pgid")
         try:
-            os.killpg(state["pgid"], sig)
+            if isinstance(pgid, int) and pgid > 1 and os.getpgid(pid) == pgid:
+                os.killpg(pgid, sig)
+            else:
+                os.kill(pid, sig)
         except ProcessLookupError:
-            break  # the group is gone already
+            break  # gone already
         sent = sig.name[3:]
         end = time.monotonic() + wait_s
         while alive(state) and time.monotonic() < end:
@@ -209,8 +274,9 @@ def signal_group(state, grace, kill_wait):
 
 
 def cmd_stop(d, grace, unit=None):
-    state = load_state(d)
-    out = {"was": state.get("pid") if alive(state) else None, "signal": None}
+    notes = []
+    state = load_state(d, notes)
+    out = {"was": state.get("pid") if alive(state) else None, "signal": None, "notes": notes}
     if unit:
         subprocess.run(["systemctl", "stop", unit], check=False)
     elif out["was"]:
@@ -260,9 +326,7 @@ def cmd_wait(d, port, opts):
                 save_state(d, {**state, "status": "failed", "failed_at": time.time()})
             return {"dead": True, "log_tail": log_tail(d), "state": state, "waited_s": time.monotonic() - t0}
         doc = probe_ready(d, port, opts, end)
-        if doc.get("generation_ok"):
-            if state.get("status") == "starting":
-                save_state(d, {**state, "status": "running"})
+        if doc.get("generation_ok"):  # the controller judges the rest and marks it verified (cmd_verified)
             return {**doc, "dead": False, "waited_s": time.monotonic() - t0}
         if time.monotonic() + 0.1 > end:
             return {**doc, "dead": False, "log_tail": log_tail(d, 10), "waited_s": time.monotonic() - t0}
@@ -282,6 +346,10 @@ def cmd_live(d, mark=True):
     return {"alive": False, "pid": state.get("pid"), "log_tail": log_tail(d, 10)}
 
 
+RUN_SCHEMA = {"key": (STR, False), "pid": (INT, True), "pgid": (INT, True), "start": (INT, True),
+              "started_at": (NUM, True), "config_hash": (STR, True), "server_info": (DICT, True)}
+
+
 def cmd_bench(d, name, opts):
     """Benchmark NAME against the running server: started once per key (runner argv + config hash), detached,
     so a dropped connection or a re-run attaches to it instead of starting another; waits up to budget_s.
@@ -289,7 +357,10 @@ def cmd_bench(d, name, opts):
     bdir = os.path.join(d, "bench")
     os.makedirs(bdir, mode=0o700, exist_ok=True)
     paths = {ext: os.path.join(bdir, f"{name}.{ext}") for ext in ("log", "jsonl", "rc", "run.json")}
-    run = load_json(paths["run.json"], {})
+    run, problem = read_doc(paths["run.json"], RUN_SCHEMA)
+    if run is None:  # corrupt: set aside, and nothing it names is signalled
+        set_aside(paths["run.json"])
+        run = {}
     if opts.get("stop"):
         if run.get("key") == opts["key"]:
             signal_group(run, 5.0, 5.0)
@@ -312,7 +383,7 @@ def cmd_bench(d, name, opts):
         key = secret(d, "SPECOPS_SECRET_API_KEY")
         if key:
             env["OPENAI_API_KEY"] = key  # how sglang.bench_serving authenticates; never on a command line
-        with open(paths["log"], "a") as fh:
+        with os.fdopen(open_append(paths["log"]), "a") as fh:
             fh.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(opts['argv'])}\n")
         argv = ["/bin/sh", "-c", 'rc=0; "$@" || rc=$?; echo "$rc" > "$SPECOPS_BENCH_RC"', "sh",
                 *opts["argv"], "--output-file", paths["jsonl"]]
@@ -326,7 +397,7 @@ def cmd_bench(d, name, opts):
     tail = (read(paths["log"], "") or "").splitlines()[-20:]
     rc = read(paths["rc"])
     if alive(run):
-        return {"done": False, "elapsed_s": time.time() - run["started_at"], "last_line": tail[-1] if tail else ""}
+        return {"done": False, "elapsed_s": time.time() - (run.get("started_at") or time.time()), "last_line": tail[-1] if tail else ""}
     lines = (read(paths["jsonl"], "") or "").splitlines()
     try:
         result = json.loads(lines[-1]) if lines else None
@@ -334,11 +405,17 @@ def cmd_bench(d, name, opts):
         result = None
     save_json(paths["run.json"], {**run, "collected": True})
     return {"done": True, "rc": int(rc) if rc and rc.strip().isdigit() else None, "result": result,
-            "server_info": run["server_info"], "elapsed_s": time.time() - run["started_at"], "log_tail": tail}
+            "server_info": run.get("server_info"), "elapsed_s": time.time() - (run.get("started_at") or time.time()), "log_tail": tail}
 
 
 def main(argv):
     cmd, d = argv[0], argv[1]
+    if cmd not in ("status", "prepare"):
+        unsafe = unsafe_tree(d)
+        if unsafe:  # never write (or run launch.sh) in a tree another local user could have swapped
+            sys.stdout.write(json.dumps({"error": f"unsafe server directory {d}: {unsafe}"}) + "\n")
+            sys.stderr.write(f"unsafe server directory {d}: {unsafe}\n")
+            sys.exit(1)
     if cmd == "status":
         out = cmd_status(d, int(argv[2]), argv[3] if len(argv) > 3 else None)
     elif cmd == "start":
@@ -346,8 +423,14 @@ def main(argv):
     elif cmd == "record":
         out = cmd_record(d, argv[2], argv[3])
     elif cmd == "annotate":
-        out = {**load_state(d), "recorded": json.loads(argv[2])}
-        save_state(d, out)
+        state = load_state(d, [])
+        out = {**state, "recorded": json.loads(argv[2])} if state else {"error": "no state.json to annotate"}
+        if state:
+            save_state(d, out)
+    elif cmd == "prepare":
+        out = cmd_prepare(d)
+    elif cmd == "verified":
+        out = cmd_verified(d, argv[2])
     elif cmd == "stop":
         out = cmd_stop(d, float(argv[2]), argv[3] if len(argv) > 3 else None)
     elif cmd == "live":
@@ -359,6 +442,8 @@ def main(argv):
     else:
         raise SystemExit(f"unknown command {cmd}")
     sys.stdout.write(json.dumps(out) + "\n")
+    for note in out.get("notes") or ():
+        sys.stderr.write(note + "\n")
     if "error" in out:
         sys.stderr.write(out["error"] + "\n")
         sys.exit(1)

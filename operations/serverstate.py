@@ -24,6 +24,12 @@ class ServerStatus:
     launch_sh: str | None = None
     unit_file: str | None = None
     error: str | None = None
+    problem: str | None = None  # the server directory is unsafe, or its state.json corrupt (then set aside)
+
+    @property
+    def unsafe(self) -> bool:
+        """The server directory sits in a tree another local user could write: nothing may be done there."""
+        return bool(self.problem) and self.problem.startswith("unsafe")
 
     @property
     def foreign(self) -> bool:
@@ -38,7 +44,7 @@ def parse_status(doc: dict) -> ServerStatus:
     return ServerStatus(alive=bool(doc.get("alive")), pid=state.get("pid"), status=state.get("status", "absent"),
                         config_hash=state.get("config_hash"), recorded=state.get("recorded") or {},
                         health=doc.get("health"), server_info=doc.get("server_info"), launch_sh=doc.get("launch_sh"),
-                        unit_file=doc.get("unit_file"))
+                        unit_file=doc.get("unit_file"), problem=doc.get("problem"))
 
 
 class ServerStatusFact(FactBase):

@@ -3,14 +3,21 @@
 pyinfra reports each failure where it happens; with many hosts those lines scroll away, so specops operations
 register this watcher and one summary line per outcome is printed when the run ends. It also tells a rolling
 update which hosts already failed the current operation (``failed_in``).
+
+Failures an operation can already see while pyinfra prepares (``--dry``, or before the confirmation prompt) go
+through ``failure()``: the host is printed as "will fail" with the reason, counted in pyinfra's
+``state.failed_hosts`` so ``--dry`` exits 1 (pyinfra's own rule for failed hosts), and listed in the summary and
+by ``python -m operations.plan``. When the run goes on to execute, those predictions are withdrawn again: what
+happens then decides.
 """
 from __future__ import annotations
 
 import atexit
 
 from pyinfra import logger
+from pyinfra.api import FunctionCommand
 from pyinfra.api.state import BaseStateCallback, State
-from pyinfra.context import ctx_state
+from pyinfra.context import ctx_host, ctx_state
 
 _watchers: dict[int, "RunSummary"] = {}
 
@@ -20,6 +27,24 @@ class RunSummary(BaseStateCallback):
         self.state = state
         self.errors: dict[str, list[str]] = {}  # host -> names of the operations it failed
         self.failed_ops: dict[str, set[str]] = {}  # op hash -> hosts that failed it
+        self.predicted: dict[str, list[str]] = {}  # host -> why it will fail (seen while preparing)
+        self._counted: set = set()  # hosts this watcher put in state.failed_hosts while preparing
+
+    def predict(self, host, message: str) -> None:
+        if message in self.predicted.get(host.name, ()):
+            return
+        self.predicted.setdefault(host.name, []).append(message)
+        host.log_styled(f"will fail: {message}", fg="red", log_func=logger.error)
+        if isinstance(self.state, State) and host not in self.state.failed_hosts:
+            self.state.failed_hosts.add(host)  # pyinfra's CLI exits 1 with failed hosts (--dry included)
+            self._counted.add(host)
+
+    def operation_start(self, state, op_hash):
+        # execution begins: withdraw the predictions, the real outcome counts from here
+        for host in self._counted:
+            state.failed_hosts.discard(host)
+        self._counted.clear()
+        self.predicted.clear()
 
     def operation_host_error(self, state, host, op_hash, retry_count=0, max_retries=0):
         if retry_count < max_retries:
@@ -42,6 +67,8 @@ class RunSummary(BaseStateCallback):
                 for name in failed]
         out += [f"UNREACHABLE {name}: could not connect (the error is printed above); nothing was done there"
                 for name in unreachable]
+        if not state.is_executing and self.predicted:
+            out = [f"WOULD FAIL {name}: {'; '.join(why)}" for name, why in self.predicted.items()]
         return out
 
     def _unfinished(self) -> dict[str, str]:
@@ -57,7 +84,8 @@ class RunSummary(BaseStateCallback):
         return out
 
     def print(self) -> None:
-        if not (self.state.is_executing or len(self.state.activated_hosts) < len(list(self.state.inventory))):
+        if not (self.state.is_executing or self.predicted
+                or len(self.state.activated_hosts) < len(list(self.state.inventory))):
             return
         logger.info("--> specops summary:")
         for line in self.lines():
@@ -79,3 +107,16 @@ def watch(state) -> RunSummary:
 def failed_in(state, op_hash: str) -> set[str]:
     """Hosts that have already failed operation ``op_hash`` in this run (earlier batches of a rollout)."""
     return set(watch(state).failed_ops.get(op_hash, ()))
+
+
+def failure(message: str) -> FunctionCommand:
+    """The command that fails this host with ``message``; while preparing, also the prediction (see above)."""
+    state, host = ctx_state.get(), ctx_host.get()
+    if not state.is_executing:
+        watch(state).predict(host, message)
+    return FunctionCommand(_fail, (message,), {})
+
+
+def _fail(state, host, message: str) -> bool:  # (state, host) signature: returning False fails this host only
+    host.log_styled(message, fg="red", log_func=logger.error)
+    return False

@@ -27,7 +27,11 @@ class RealClock:
     def sleep(self, seconds: float) -> None:
         import gevent
 
+        from .interrupt import check
+
+        check("waiting further")  # Ctrl-C ends every wait at its next pause
         gevent.sleep(seconds)
+        check("waiting further")
 
 
 class Deadline:

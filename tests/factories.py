@@ -8,11 +8,11 @@ def gpus(*used: int, total: int = 81559) -> tuple[Gpu, ...]:
 
 def proc(pid: int, gpu: int, mib: int | None, *, user: str = "root", uid: int = 0, name: str = "python3",
          cmdline: str | None = None, pgid: int | None = None, sid: int | None = None, start: int | None = 100,
-         group: tuple = None) -> GpuProcess:
+         group: tuple = None, gpu_fds: bool | None = True) -> GpuProcess:
     pgid = pid if pgid is None else pgid
     group = (GroupMember(pid, uid, name),) if group is None else group
     return GpuProcess(pid, gpu, mib, name, user, uid, name, cmdline or f"{name} serve", pgid,
-                      pid if sid is None else sid, start, group)
+                      pid if sid is None else sid, start, group, gpu_fds)
 
 
 def state(used: tuple[int, ...], *processes: GpuProcess, user: str = "root") -> GpuState:

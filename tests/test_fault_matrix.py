@@ -238,9 +238,9 @@ BAD = {
                     "min_accept_length": "x", "prompt": "", "name": 5, "launcher": 5, "secret_fields": "api-key",
                     "gpus": [0, 0], "env": {"A=1; curl x": "v", "HF_TOKEN": None}}}, (), [
         "[*] specops.colour: unknown specops key",
-        "[*] specops.ready_timeout_s: must be a number > 0, got 'fast'",
-        "[*] specops.stop_grace_s: must be a number >= 0, got -1",
-        "[*] specops.min_accept_length: must be a number >= 0, got 'x'",
+        "[*] specops.ready_timeout_s: must be a finite number > 0, got 'fast'",
+        "[*] specops.stop_grace_s: must be a finite number >= 0, got -1",
+        "[*] specops.min_accept_length: must be a finite number >= 0, got 'x'",
         "[*] specops.prompt: must be a non-empty string",
         "[*] specops.name: must be a non-empty string",
         "[*] specops.env.HF_TOKEN: must be a string or a number, got NoneType",

@@ -54,7 +54,10 @@ def test_mig_gpu_reports_na_process_memory(tmp_path):
         out = smi(sim, "--query-compute-apps=pid,used_gpu_memory", "--format=csv,noheader,nounits").stdout
         assert out.strip().endswith(", [N/A]")
         assert parse_apps_csv(out.replace(", [N/A]", ", x, [N/A], GPU-x").replace(", x,", ", python3,")) != []
-        assert "[N/A]" in smi(sim, "--query-gpu=utilization.gpu", "--format=csv,noheader").stdout
+        assert smi(sim, "--query-gpu=index,utilization.gpu", "--format=csv").stdout.splitlines() == [
+            "index, utilization.gpu [%]", "0, 0 %", "1, [N/A]"]  # the header keeps the unit, as the real tool's
+        assert smi(sim, "--query-compute-apps=used_gpu_memory", "--format=csv").stdout.splitlines() == [
+            "used_gpu_memory [MiB]", "[N/A]"]
     finally:
         sim.cleanup()
 
@@ -63,6 +66,8 @@ def test_default_table_and_no_driver(sim):
     h = sim.hold([0], 4321)
     table = smi(sim).stdout
     assert "NVIDIA-SMI 550.54.15" in table and "4321MiB / 143771MiB" in table and f"{h.pid}" in table
+    assert {len(line) for line in table.splitlines() if line[:1] in ("|", "+")} == {91}  # the real tool's frame
+    assert "|   00000000:18:00.0 Off |" in table
     sim.set_driver(False)
     out = smi(sim, "--query-gpu=index", "--format=csv")
     assert out.returncode == 9 and "couldn't communicate with the NVIDIA driver" in out.stdout

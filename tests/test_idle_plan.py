@@ -67,9 +67,37 @@ def test_group_signalled_only_when_every_member_is_ours():
     assert plan_idle(state((10,), proc(20, 0, 10)), Selection()).targets[0].pgid == 20
 
 
-def test_vanished_process_is_not_targeted():
+def test_process_not_visible_here_is_refused_never_targeted():
     plan = plan_idle(state((10,), proc(30, 0, 10, start=None)), Selection())
-    assert plan.targets == () and plan.foreign == ()
+    assert plan.targets == ()
+    ((p, why),) = plan.foreign
+    assert p.pid == 30 and "not visible in this PID namespace" in why
+
+
+def test_pid_without_a_gpu_device_is_refused():
+    """A container without the host PID namespace: the driver's pid 1 is this namespace's init."""
+    plan = plan_idle(state((70000,), proc(1, 0, 70000, name="init", gpu_fds=False)), Selection())
+    assert plan.targets == () and "holds no GPU device open" in plan.foreign[0][1]
+    unknown = plan_idle(state((70000,), proc(7, 0, 70000, gpu_fds=None)), Selection())
+    assert unknown.targets == () and "cannot confirm" in unknown.foreign[0][1]
+
+
+def test_protected_name_above_the_cap_is_refused_and_its_memory_counts():
+    s = state((100000,), proc(5, 0, 100000, name="nvidia-persistenced"))
+    plan = plan_idle(s, Selection())
+    assert plan.targets == () and plan.protected == () and not plan.idle
+    assert "above protected_max_mib=1024" in plan.foreign[0][1] and plan.held_mib == {0: 100000}
+    small = plan_idle(state((300,), proc(5, 0, 300, name="nvidia-persistenced")), Selection())
+    assert small.idle and small.protected
+
+
+def test_unreadable_memory_is_never_idle():
+    s = state((0,))
+    s = type(s)(s.source, (type(s.gpus[0])(0, "GPU-0", "NVIDIA GB10", None, None, "nvidia-smi reports memory.used "
+                                                                            "as [N/A]"),), (), s.probe_uid,
+                s.probe_user, s.probe_sid)
+    plan = plan_idle(s, Selection())
+    assert not plan.idle and plan.unreadable == ((0, "nvidia-smi reports memory.used as [N/A]"),)
 
 
 def test_na_memory_under_mig():

@@ -206,3 +206,41 @@ def test_build_is_cached_and_rebuilt_when_source_is_newer(tmp_path):
     os.utime(lib, (old, old))
     assert build_nvml(tmp_path).stat().st_mtime > old  # stale: rebuilt
     assert [p.name for p in tmp_path.iterdir()] == [LIB_NAME]  # no temp files left behind
+
+
+def test_memory_rc_field_and_unresolved_process_names(libdir, tmp_path):
+    # gpu lines may carry an 8th field: what nvmlDeviceGetMemoryInfo returns (3 NOT_SUPPORTED, 4 NO_PERMISSION);
+    # an empty proc name is a PID with no local process (a driver reporting another PID namespace's PIDs).
+    body = (f"driver\t580.95.05\t13000\n"
+            f"gpu\t0\tGPU-gb10\tNVIDIA GB10\t{120 * GIB}\t{6 * GIB}\t0\t3\n"
+            f"gpu\t1\tGPU-mig\tNVIDIA A100-SXM4-80GB\t{80 * GIB}\t0\t1\t4\n"
+            f"gpu\t2\tGPU-ok\tNVIDIA H200\t{140 * GIB}\t0\t0\t0\n"
+            f"gpu\t3\tGPU-bad\tX\t1\t0\t0\tbogus\n"  # malformed: ignored like any bad line
+            f"proc\t0\t4194000\t{6 * GIB}\t\n")
+    code = textwrap.dedent("""
+        import json, pynvml as n
+        n.nvmlInit()
+        out = {"count": n.nvmlDeviceGetCount(), "mem": []}
+        for i in range(out["count"]):
+            h = n.nvmlDeviceGetHandleByIndex(i)
+            row = []
+            for version in (None, n.nvmlMemory_v2):
+                try:
+                    row.append(n.nvmlDeviceGetMemoryInfo(h, version=version).total)
+                except n.NVMLError as e:
+                    row.append(type(e).__name__)
+            out["mem"].append(row)
+        h = n.nvmlDeviceGetHandleByIndex(0)
+        out["pids"] = [p.pid for p in n.nvmlDeviceGetComputeRunningProcesses(h)]
+        try:
+            n.nvmlSystemGetProcessName(4194000)
+        except n.NVMLError_NotFound:
+            out["name"] = "not found"
+        print(json.dumps(out))
+    """)
+    proc = run_py(libdir, code, write_snapshot(tmp_path, body))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["count"] == 3
+    assert out["mem"] == [["NVMLError_NotSupported"] * 2, ["NVMLError_NoPermission"] * 2, [140 * GIB] * 2]
+    assert out["pids"] == [4194000] and out["name"] == "not found"

@@ -51,8 +51,8 @@ class FakeState:
 
 def serialise(command, host):
     if isinstance(command, FunctionCommand):
-        if command.function.__name__ == "fail":  # run it: it logs the failure message and returns False
-            assert command.function(FakeState(), host) is False
+        if command.function.__name__ == "_fail":  # run it: it logs the failure message and returns False
+            assert command.function(FakeState(), host, *command.args) is False
             return "fail"
         return f"call {command.function.__name__}"
     assert isinstance(command, StringCommand)
@@ -73,7 +73,7 @@ def test_fixture(case):
     assert host.noops == ([spec["noop"]] if spec.get("noop") else [])
     for expected in spec.get("logs", []):
         assert any(expected in line for line in host.logs), (expected, host.logs)
-    assert host.fact_calls == [{"python": spec.get("data", {}).get("specops_python", "python3")}]
+    assert host.fact_calls == [{"python": spec.get("data", {}).get("specops_python", "python3"), "devices": None}]
 
 
 def test_every_fixture_is_exercised():

@@ -19,9 +19,24 @@ REAL_APPS = """\
 def test_gpu_csv_with_na_memory():
     gpus = parse_gpu_csv(REAL_GPUS)
     assert [(g["index"], g["used_mib"], g["total_mib"]) for g in gpus] == [(0, 72419, 81559), (1, 4, 81559),
-                                                                           (2, 0, 81559)]
+                                                                           (2, None, 81559)]
+    assert gpus[2]["memory_error"] == "nvidia-smi reports memory.used as [N/A]" and gpus[0]["memory_error"] == ""
     assert gpus[0]["name"] == "NVIDIA H100 80GB HBM3"
     assert gpus[1]["uuid"] == "GPU-7b2d9e3c-1f4a-6c8d-9e0b-3a5c7d9e1f23"
+
+
+# DGX Spark (GB10, unified memory): nvidia-smi reports no framebuffer memory; MIG in an unprivileged container
+UNREADABLE_GPUS = """\
+0, GPU-a1b2c3d4-0000-1111-2222-333344445555, NVIDIA GB10, [N/A], [N/A]
+1, GPU-b1b2c3d4-0000-1111-2222-333344445555, NVIDIA H100 80GB HBM3, [Insufficient Permissions], [Insufficient Permissions]
+"""
+
+
+def test_gpu_csv_unreadable_memory_is_none_with_the_reason_never_zero():
+    gpus = parse_gpu_csv(UNREADABLE_GPUS)
+    assert [(g["used_mib"], g["total_mib"]) for g in gpus] == [(None, None), (None, None)]
+    assert gpus[0]["memory_error"] == "nvidia-smi reports memory.used as [N/A]"
+    assert gpus[1]["memory_error"] == "nvidia-smi reports memory.used as [Insufficient Permissions]"
 
 
 def test_apps_csv_with_na_and_spaces():
