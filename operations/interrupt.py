@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 
 from pyinfra import logger
 from pyinfra.api import FunctionCommand
@@ -32,11 +31,12 @@ def install(on_abort=None) -> None:
     on the second Ctrl-C, before the process exits 130 (it releases the leases)."""
     if on_abort is not None:
         _state["on_abort"] = on_abort
-    if _state["installed"] or threading.current_thread() is not threading.main_thread():
+    if _state["installed"] or signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        return  # already, or not the pyinfra CLI (an API user or a test harness keeps Python's KeyboardInterrupt)
+    try:
+        signal.signal(signal.SIGINT, _on_sigint)
+    except ValueError:  # not the main thread
         return
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        return  # not the pyinfra CLI (an API user or a test harness keeps Python's KeyboardInterrupt)
-    signal.signal(signal.SIGINT, _on_sigint)
     _state["installed"] = True
 
 

@@ -87,7 +87,7 @@ def read_doc(path, schema, required=()):
         return None, "not a regular file"
     try:
         with open(path) as fh:
-            doc = json.loads(fh.read(1 << 20), parse_constant=lambda c: None)  # NaN/Infinity read as null
+            doc = json.loads(fh.read(1 << 20))  # NaN/Infinity parse as floats, which no field accepts
     except (OSError, ValueError) as exc:
         return None, f"unreadable JSON ({type(exc).__name__})"
     problem = doc_problem(doc, schema, required)

@@ -168,7 +168,8 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
         return
     blocker = _start_blocker(cfg, status, gpus_now, idle, users)
     if blocker:  # fail now, while the old server still serves, not after stopping it
-        yield summary.failure(f"server.running {server_name}: {blocker}; the running server was left as it was")
+        yield summary.failure(f"server.running {server_name}: {blocker}"
+                              + ("; the running server was left as it was" if status.alive else ""))
         return
     files = sup.files(cfg)
     if report.print_plan_now():
@@ -212,13 +213,29 @@ def stop_and_idle(sup, cfg: ServerConfig, alive: bool, idle: bool, users, grace_
         gpu.timing_of(grace_s, idle_deadline_s)  # a bad pair fails here, before the old server is stopped
     yield lock.acquired(f"server {sup.name} -> config {cfg.name}",
                         idle_deadline_s + grace_s + cfg.stop_grace_s + cfg.ready_timeout_s + 600, python)
-    yield sup.ctl("prepare", sup.directory)  # created 0700, or refused in a tree other users can write
+    yield FunctionCommand(_prepare_dir, (sup,), {})
     if alive:
         yield interrupt.guard(f"stopping server {sup.name}")
         yield from sup.stop(cfg.stop_grace_s)
     if idle:
         yield from gpu.idle._inner(gpus=cfg.gpu_indices(), users=users, grace_s=grace_s,
                                    deadline_s=idle_deadline_s, python=python)
+
+
+def _prepare_dir(state, host, sup) -> bool:
+    """The server's 0700 directory created or checked (refused in a tree other users can write), a corrupt
+    state.json set aside; what was done is said."""
+    ok, out = host.run_shell_command(sup.ctl("prepare", sup.directory))
+    try:
+        doc = json.loads("\n".join(out.stdout_lines))
+    except ValueError:
+        doc = {"error": " ".join(out.stderr_lines[-3:]) or "no output"}
+    for note in doc.get("notes") or ():
+        report.log(host, f"server {sup.name}: {note}", fg="yellow")
+    if "error" in doc:
+        report.error(host, f"server {sup.name}: {doc['error']}; nothing changed")
+        return False
+    return True
 
 
 def launch(sup, cfg: ServerConfig, files):

@@ -209,7 +209,11 @@ def cmd_prepare(d):
     """The server's own 0700 directory, created or checked: never a symlink, never in a tree another user can
     write (they could swap launch.sh, which this host's specops user runs)."""
     problem = private_dir(d)
-    return {"error": problem} if problem else {"ready": d}
+    if problem:
+        return {"error": problem}
+    notes = []
+    load_state(d, notes)  # a corrupt state.json is set aside now, and said, before anything else reads it
+    return {"ready": d, "notes": notes}
 
 
 def cmd_start(d, config_hash, port=None):

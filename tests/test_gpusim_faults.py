@@ -297,6 +297,15 @@ def test_pinned_memory_is_released_after_the_delay(sim):
     wait_for(lambda: sim.used_mib()[1] == 0, what="release after the child's death")
 
 
+def test_child_dying_first_leaves_the_holder_in_charge(sim):
+    h = sim.hold([0], 400, pin_child=True)
+    os.kill(h.pin_pid, signal.SIGKILL)
+    wait_for(lambda: not h.pin_alive(), what="pinning child exit")
+    assert [int(a[0]) for a in apps(sim)] == [h.pid] and sim.used_mib()[0] == 400
+    os.kill(h.pid, signal.SIGKILL)
+    wait_for(lambda: sim.used_mib()[0] == 0, what="release after the holder's death")
+
+
 def test_stuck_and_pinned_stays_stuck(sim):
     h = sim.hold([3], 500, pin_child=True, stuck=True)
     os.kill(h.pid, signal.SIGKILL)
