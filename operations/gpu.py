@@ -77,6 +77,7 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
     """
     summary.watch(state)
     python = host_python(python)
+    gpus = hostdata.as_indices(host, "gpus", gpus)  # "0,1" as host data gives it, or a list
     sel = Selection(frozenset(gpus) if gpus is not None else None, as_patterns(users), as_patterns(names) or (),
                     tuple(protected) + tuple(extra_protected), threshold_mib, protected_max_mib)
     timing = timing_of(grace_s, deadline_s, stable_s, poll_s, progress_s)

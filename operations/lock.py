@@ -25,7 +25,7 @@ import uuid
 from pyinfra.api import FunctionCommand
 from pyinfra.api.state import BaseStateCallback, State
 
-from . import interrupt, report
+from . import hostdata, interrupt, report
 from .remote import host_python, python_script
 from .remote_common import start_time
 from .waiting import RealClock
@@ -123,7 +123,7 @@ def _acquire(state, host, what: str, ttl_s: float, python: str | None) -> bool:
     run = run_of(state)
     python = host_python(python, host)
     me = {**run.owner, "what": what}
-    wait_s = float(host.data.get("specops_lock_wait_s", 300))
+    wait_s = hostdata.lock_wait_s(host)
     clock, path, breaking = RealClock(), lease_path(host), None
     start, shown = clock.now(), None
     while True:

@@ -28,7 +28,8 @@ from pyinfra.api import FunctionCommand, deploy, operation
 from . import report, server, summary, topology
 from .config import Issue, ServerConfig
 from .errors import ConfigError
-from .gpustate import GpuStateFact
+from .gpustate import read_gpus
+from .readiness import live_problems
 from .remote import host_python
 from .serverstate import ServerStatus, ServerStatusFact, drift
 from .supervisors import Supervisor
@@ -135,16 +136,11 @@ def _read_group(rank, config, server_name, supervisor, state_dir, python) -> Gro
 
 
 def _validated(me: Member) -> None:
-    gpus_now = host.get_fact(GpuStateFact, python=me.python)
+    gpus_now = read_gpus(host, me.python)
     issues = server.rank_config_issues(me.cfg, host, list(state.inventory),
                                        len(gpus_now.gpus) if gpus_now.available else None)
     if issues:
         raise ConfigError(issues)
-
-
-def _fail(state, host, message: str) -> bool:
-    report.error(host, message)
-    return False
 
 
 @operation()
@@ -154,12 +150,17 @@ def _stop_and_idle(config, server_name, supervisor, state_dir, idle, users, grac
     me = plan.member(host)
     if plan.unreachable:
         gone = ", ".join(m.label for m in plan.unreachable)
-        yield FunctionCommand(_fail, (f"group {plan.group}: {gone} unreachable; the group cannot converge, "
-                                      f"nothing changed on {me.label}",), {})
+        yield summary.failure(f"group {plan.group}: {gone} unreachable; the group cannot converge, "
+                              f"nothing changed on {me.label}")
         return
     _validated(me)
     if not plan.restart:
         s = me.status
+        problems = live_problems(me.cfg, s.server_info) if me.rank.rank == 0 else []
+        if problems:  # converged but underperforming: a group restart would not change the draft's acceptance
+            yield summary.failure(f"group {plan.group}: {me.label} runs config {me.cfg.name}, but "
+                                  f"{'; '.join(problems)}; not restarting the group")
+            return
         host.noop(f"group {plan.group}: {me.label} of {me.rank.nnodes} runs config {me.cfg.name} "
                   f"({me.cfg.config_hash}), pid {s.pid}, {'healthy' if me.rank.rank == 0 else 'alive'}")
         return

@@ -18,7 +18,7 @@ from pathlib import Path
 from pyinfra import host, state
 from pyinfra.api import FunctionCommand, operation
 
-from . import lock, report, summary, sweep_report, topology
+from . import interrupt, lock, report, summary, sweep_report, topology
 from .config import Issue, ServerConfig
 from .errors import ConfigError
 from .remote import host_python
@@ -157,6 +157,7 @@ def benchmarked(config, concurrency: int, results: str = "sweep-results", num_pr
     yield FunctionCommand(_run, (cfg, sup, argv, workload, path, target, timeout_s, progress_s), {})
 
 
+@interrupt.stops_on_interrupt
 def _run(state, host, cfg: ServerConfig, sup, argv, workload: Workload, path: Path, target: str, timeout_s: float,
          progress_s: float) -> bool:
     key = hashlib.sha256(json.dumps([argv, cfg.config_hash]).encode()).hexdigest()[:16]

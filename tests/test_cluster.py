@@ -131,10 +131,11 @@ def test_a_failed_batch_stops_the_rollout_and_names_the_hosts(make_cluster):
     cluster = make_cluster(4, server_start_s=0.3)
     assert run_cluster(cluster).rc == 0
     before = [live_server(cluster, i) for i in range(4)]
-    for i in range(3):  # another user's job on GPU 0 of three hosts: gpu.idle is blocked there
+    for i in range(3):  # memory on GPU 0 of three hosts that the driver never frees: gpu.idle ends in needs-reset
         cluster.exec(i, [sys.executable, "-m", "gpusim", "hold", cluster.node_root, "--gpus", "0", "--mib", "2000",
-                         "--user", "nobody"], check=True)
-    run = run_cluster(cluster, "--parallel", "2", "--data", "config=baseline-llama3.1-8b")
+                         "--stuck"], check=True)
+    run = run_cluster(cluster, "--parallel", "2", "--data", "config=baseline-llama3.1-8b",
+                      "--data", "deadline_s=2", "--data", "grace_s=0.5")
     assert run.rc != 0, run
     gated = re.findall(r"\[(\S+)\] server.running: rollout stopped: an earlier batch failed on ([^;]+);", run.out)
     assert len(gated) == 2, run  # the whole second batch, whichever hosts it held
@@ -144,8 +145,23 @@ def test_a_failed_batch_stops_the_rollout_and_names_the_hosts(make_cluster):
         assert live_server(cluster, i)["config_hash"] == before[i]["config_hash"]
         assert failed.split(", ") and name not in failed
         assert f"FAILED {name}" in run.out
-    blocked = re.findall(r"\[(\S+)\] blocked: GPU 0 held by processes this operation may not stop", run.out)
-    assert blocked and all(f"FAILED {name}" in run.out for name in blocked)
+    reset = re.findall(r"\[(\S+)\] gpu.idle: needs-reset: .* GPU 0: 2000 MiB still allocated", run.out)
+    assert reset and all(f"FAILED {name}" in run.out for name in reset)
+
+
+def test_a_blocked_host_fails_before_its_old_server_is_stopped(make_cluster):
+    cluster = make_cluster(2, server_start_s=0.3)
+    assert run_cluster(cluster).rc == 0
+    before = [live_server(cluster, i) for i in range(2)]
+    cluster.exec(0, [sys.executable, "-m", "gpusim", "hold", cluster.node_root, "--gpus", "0", "--mib", "2000",
+                     "--user", "nobody"], check=True)  # another user's job on host 0's server GPU
+    run = run_cluster(cluster, "--data", "config=baseline-llama3.1-8b")
+    assert run.rc != 0, run
+    name = cluster.nodes[0].address
+    assert re.search(rf"\[{re.escape(name)}\] server.running llm: gpu.idle would refuse GPU 0: blocked", run.out), run
+    assert f"FAILED {name}" in run.out
+    assert live_server(cluster, 0)["pid"] == before[0]["pid"]  # still serving the old config
+    assert live_server(cluster, 1)["config_hash"] != before[1]["config_hash"]  # the other host switched
 
 
 def test_sshd_outage_mid_run_fails_that_host_only_and_the_summary_names_it(make_cluster):

@@ -159,7 +159,7 @@ def test_user_and_name_patterns_split_on_commas_like_gpu_lists():
 def test_users_list_from_the_cli_is_split_so_a_second_user_may_be_stopped(sim):
     holder = sim.hold([1], 2000, user="nobody")
     blocked = run_pyinfra(sim, "--data", "config=none", "--data", "users=root")
-    assert blocked.rc != 0 and f"blocked: GPU 1 held by processes" in blocked.out, blocked
+    assert blocked.rc != 0 and "blocked: GPU 1 held by processes" in blocked.out, blocked
     assert "Nothing was signalled" in blocked.out and holder.alive(), blocked
     stopped = run_pyinfra(sim, "--data", "config=none", "--data", "users=root,nobody")
     assert stopped.rc == 0 and "idle: GPU 0,1,2,3 idle" in stopped.out, stopped

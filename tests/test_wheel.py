@@ -49,7 +49,7 @@ def test_wheel_in_clean_venv_runs_a_deploy_from_elsewhere(tmp_path):
 def _deploy_from_elsewhere(tmp_path, env_dir, py, work, host_dir):
     (work / "inv.py").write_text(textwrap.dedent(f"""
         import os, sys
-        hosts = [("@local", {{"specops_python": sys.executable,
+        hosts = [("@local", {{"specops_python": sys.executable, "specops_gpu_devices": "{host_dir}/dev/nvidia*",
                              "_env": {{"PATH": "{host_dir}/bin:" + os.environ["PATH"],
                                       "LD_LIBRARY_PATH": "{host_dir}/lib"}}}})]
     """))
