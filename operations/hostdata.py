@@ -90,10 +90,15 @@ def as_integer(on_host, key: str, value, *, low=0) -> int:
     return number
 
 
+def _integer_list(value, low: int) -> list[int] | None:
+    """``1,2,4`` or ``[1, 2, 4]`` as integers >= low, or None when it is not such a (non-empty) list."""
+    numbers = [_int_or_none(item) for item in split(value) or []]
+    return numbers if numbers and all(n is not None and n >= low for n in numbers) else None
+
+
 def as_integers(on_host, key: str, value, *, low=1) -> list[int]:
-    items = split(value) or []
-    numbers = [_int_or_none(item) for item in items]
-    if not items or any(n is None or n < low for n in numbers):
+    numbers = _integer_list(value, low)
+    if numbers is None:
         _refuse(on_host, key, f"must be comma-separated integers >= {low}, e.g. 1,2,4, got {value!r}")
     return numbers
 
@@ -102,9 +107,8 @@ def as_indices(on_host, key: str, value) -> list[int] | None:
     """GPU indices (``0,1``, ``[0, 1]``, ``0``); None stays None (all GPUs)."""
     if value is None:
         return None
-    items = split(value)
-    numbers = [_int_or_none(item) for item in items]
-    if not items or any(n is None or n < 0 for n in numbers) or len(set(numbers)) != len(numbers):
+    numbers = _integer_list(value, 0)
+    if numbers is None or len(set(numbers)) != len(numbers):
         _refuse(on_host, key, f"{value!r}: use comma-separated distinct GPU indices (integers >= 0), e.g. 0,1")
     return numbers
 
