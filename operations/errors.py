@@ -1,7 +1,8 @@
 """One exception tree for what specops raises in deploy code.
 
     SpecopsError
-    └── ConfigError    a server config is invalid; ``issues`` lists every (host, field, message)
+    ├── ConfigError    a server config or host data is invalid; ``issues`` lists every (host, field, message)
+    └── Interrupted    Ctrl-C was pressed: the step must not signal, start or wait further (operations.interrupt)
 """
 from __future__ import annotations
 

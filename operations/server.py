@@ -13,7 +13,7 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringC
 from pyinfra.operations.util.files import generate_color_diff
 
 from . import config as configs
-from . import gpu, interrupt, lock, report, summary, topology
+from . import gpu, hostdata, interrupt, lock, report, summary, topology
 from .config import ServerConfig
 from .engines import HostContext, validate
 from .errors import ConfigError
@@ -351,9 +351,7 @@ def stopped(server_name: str = "llm", port: int = 30000, supervisor: str | None 
 
         server.stopped(server_name="llm")
     """
-    from .hostdata import as_port
-
-    port = as_port(host, port)  # port=0 would read as "not running" and leave the server up
+    port = hostdata.as_port(host, port)  # port=0 would read as "not running" and leave the server up
     python = host_python(python)
     sup = _supervisor(server_name, supervisor, state_dir, python)
     status = host.get_fact(ServerStatusFact, directory=sup.directory, port=port, unit=sup.unit, python=python)

@@ -65,11 +65,11 @@ class RunSummary(BaseStateCallback):
         out += [f"FAILED {name}: {'; '.join(self.errors[name])}" if name in self.errors else
                 f"FAILED {name}: {unfinished[name]} (did not finish: the run stopped on the error printed above)"
                 for name in failed]
-        out += [f"UNREACHABLE {name}: could not connect (the error is printed above); nothing was done there"
+        gone = [f"UNREACHABLE {name}: could not connect (the error is printed above); nothing was done there"
                 for name in unreachable]
-        if not state.is_executing and self.predicted:
-            out = [f"WOULD FAIL {name}: {'; '.join(why)}" for name, why in self.predicted.items()]
-        return out
+        if not state.is_executing and self.predicted:  # a dry run: what would fail, not what converged
+            return [f"WOULD FAIL {name}: {'; '.join(why)}" for name, why in self.predicted.items()] + gone
+        return out + gone
 
     def _unfinished(self) -> dict[str, str]:
         """Hosts with an operation that never completed (it raised, e.g. a config error found on the host, so
