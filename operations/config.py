@@ -305,6 +305,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         self.not_flags: list[int] = []  # lines of top-level keys that cannot be a flag name
         self._paths: dict[int, str] = {}  # id(mapping node) -> its dotted path ("" for the document)
 
+    def compose_node(self, parent, index):
+        # an alias re-uses a node: nine levels of ten make a billion-entry config out of a few hundred bytes, which
+        # hashing it would expand; a flag file has no use for them
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not allowed in a config",
+                                              self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
     def construct_document(self, node):
         self._paths[id(node)] = ""
         return super().construct_document(node)

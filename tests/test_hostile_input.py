@@ -299,3 +299,18 @@ def test_port_checker_accepts_strings_and_ints():
     for bad in (0, 65536, True, "1.5", None, 30000.5):
         with pytest.raises(ConfigError, match=r"\[gpu-a\] port: port must be an integer 1-65535"):
             hostdata.as_port(h, bad)
+
+
+def test_yaml_aliases_are_refused_so_a_billion_laughs_config_cannot_expand(tmp_path):
+    """Nine levels of ten aliases: a few hundred bytes that would expand to 10^9 entries when hashed."""
+    from operations.config import load
+    from operations.errors import ConfigError
+
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
+    path = tmp_path / "laughs.yaml"
+    path.write_text("\n".join(levels) + "\nmodel-path: *a9\n")
+    with pytest.raises(ConfigError) as err:
+        load(str(path))
+    assert "YAML aliases (*name) are not allowed in a config" in str(err.value)
+    assert "line 2, column" in str(err.value)
