@@ -12,7 +12,7 @@ import sys
 import time
 
 try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
-    from operations.remote_common import (INT, NUM, STR, _nofollow_fd, read_doc, save_json, set_aside,
+    from operations.remote_common import (INT, NUM, STR, _nofollow_fd, make_dirs, read_doc, save_json, set_aside,
                                           unsafe_tree)
 except ImportError:
     pass
@@ -26,8 +26,11 @@ def load_lease(path, notes):
     aside, noted, and treated as absent."""
     held, problem = read_doc(path, LEASE_SCHEMA, required=("id", "expires_at"))
     if held is None:
-        dest = set_aside(path)
-        notes.append(f"the host lease {path} was unreadable ({problem}): set aside as {dest}")
+        try:
+            notes.append(f"the host lease {path} was unreadable ({problem}): set aside as {set_aside(path)}")
+        except OSError as exc:
+            notes.append(f"the host lease {path} was unreadable ({problem}) and could not be set aside "
+                         f"({exc.strerror}): it is ignored")
         return {}
     return held
 
@@ -59,7 +62,7 @@ def main(argv):
     if unsafe:  # a lease in a directory others can write could be forged or swapped for a symlink
         sys.stdout.write(json.dumps({"error": f"unsafe state directory {os.path.dirname(path)}: {unsafe}"}) + "\n")
         sys.exit(1)
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    make_dirs(os.path.dirname(path))
     fd = _nofollow_fd(path + ".flock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -75,7 +75,8 @@ def as_number(on_host, key: str, value, *, low=0, finite=True) -> float:
 def _int_or_none(value) -> int | None:
     if isinstance(value, str):
         value = value.strip()
-        return int(value) if value.lstrip("-").isdigit() else None
+        digits = value[1:] if value.startswith("-") else value
+        return int(value) if digits.isascii() and digits.isdigit() else None
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():

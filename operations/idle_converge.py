@@ -65,7 +65,7 @@ class Verdict:
             why = "; ".join(f"GPU {i}: {reason}" for i, reason in self.unreadable)
             return (f"unreadable: the memory use of GPU {_gpus(i for i, _ in self.unreadable)} cannot be read "
                     f"({why}), so specops cannot prove it idle (unreadable memory is never idle: a start could "
-                    f"OOM). Nothing was signalled. On GPUs that do not report memory (e.g. GB10) or MIG without "
+                    f"OOM).{self._stopped() or ' Nothing was signalled.'} On GPUs that do not report memory (e.g. GB10) or MIG without "
                     f"privileges, run specops where nvidia-smi shows memory.used, or leave these GPUs out (gpus=).")
         if self.status == "blocked":
             who = "; ".join(f"pid {p.pid} on GPU {p.gpu_index} (user {p.user}, {p.label}): {why}"

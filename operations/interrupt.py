@@ -47,10 +47,16 @@ def _on_sigint(signum, frame) -> None:  # runs in whichever greenlet is current:
                        "next step and releases its lease. Ctrl-C again to abort at once.")
         return
     logger.warning("--> specops: interrupted again: releasing host leases and exiting now")
-    abort = _state["on_abort"]
+    import gevent
+
+    gevent.spawn_later(15, os._exit, 130)  # a host that does not answer must not keep the process alive
+    gevent.spawn(_abort)  # the handler may run in gevent's hub, where the release's I/O cannot block
+
+
+def _abort() -> None:
     try:
-        if abort:
-            abort()
+        if _state["on_abort"]:
+            _state["on_abort"]()
     finally:
         os._exit(130)
 

@@ -252,6 +252,16 @@ def main(argv):
                  "pgid": me["pgid"]}
     if doc["source"] != "none":
         procs = {str(pid): proc_info(pid, devices) for pid in sorted({a["pid"] for a in doc["apps"]})}
+        if None in procs.values():  # gone from /proc: exited since the driver listed it, or another namespace's?
+            time.sleep(0.05)        # ask the driver again: one that exited is no longer listed
+            try:
+                again = sample()
+            except Exception:  # noqa: BLE001 - keep the first reading
+                again = None
+            if again is not None:
+                listed = {a["pid"] for a in again["apps"]}
+                doc["apps"] = [a for a in doc["apps"] if procs[str(a["pid"])] is not None or a["pid"] in listed]
+                procs = {k: v for k, v in procs.items() if v is not None or int(k) in listed}
         doc["procs"] = procs
         doc["groups"] = group_members({p["pgid"] for p in procs.values() if p})
     if "--fd-holders" in argv:

@@ -19,13 +19,19 @@ def proc_stat(pid):
     return {"state": rest[0], "ppid": int(rest[1]), "pgid": int(rest[2]), "sid": int(rest[3]), "start": int(rest[19])}
 
 
-def load_json(path, default=None):
-    """The JSON document at path, or default when it is missing or unreadable."""
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return default
+def make_dirs(path, mode=0o700):
+    """``mkdir -p`` where every directory it creates gets ``mode`` (os.makedirs gives the parents it creates the
+    umask's mode, e.g. 0775 under umask 002, which unsafe_tree would then refuse)."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path.rstrip("/"))
+    for p in reversed(missing):
+        try:
+            os.mkdir(p, mode)
+        except FileExistsError:
+            continue
+        os.chmod(p, mode)
 
 
 def _nofollow_fd(path, flags, mode=0o600):
@@ -88,7 +94,7 @@ def read_doc(path, schema, required=()):
     try:
         with open(path) as fh:
             doc = json.loads(fh.read(1 << 20))  # NaN/Infinity parse as floats, which no field accepts
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         return None, f"unreadable JSON ({type(exc).__name__})"
     problem = doc_problem(doc, schema, required)
     return (None, problem) if problem else (doc, None)
@@ -141,10 +147,7 @@ def private_dir(path):
     if problem:
         return f"refusing {path}: {problem}"
     try:
-        os.makedirs(os.path.dirname(path.rstrip("/")) or "/", mode=0o700, exist_ok=True)
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
+        make_dirs(path)
     except OSError as exc:
         return f"cannot create {path}: {exc.strerror}"
     st = os.lstat(path)

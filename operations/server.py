@@ -247,6 +247,7 @@ def launch(sup, cfg: ServerConfig, files):
 
 
 ELEVATION = ("_sudo", "_doas", "_dzdo", "_su_user")  # pyinfra's arguments that make uploads go through a temp file
+OTHER_USER = ("_su_user", "_sudo_user", "_doas_user", "_dzdo_user")  # pyinfra's put_file: the same order
 AS_SSH_USER = {"_sudo": False, "_doas": False, "_dzdo": False, "_su_user": None}
 
 
@@ -259,13 +260,17 @@ def uploads(files):
     every file travels through a fresh directory with an unguessable name, created 0700 by the SSH user
     (``mkdir`` fails if anything already has that name), removed right after; a leftover of a failed run is
     removed before the next upload. Without elevation the upload writes the destination directly."""
-    elevated = any((getattr(host, "current_op_global_arguments", None) or {}).get(k) for k in ELEVATION)
+    args = getattr(host, "current_op_global_arguments", None) or {}
+    elevated = any(args.get(k) for k in ELEVATION)
     private = host.get_temp_filename(f"specops-upload-{uuid.uuid4().hex}", hash_filename=False) if elevated else None
     if private:
         pattern = posixpath.basename(private).rsplit("-", 1)[0] + "-*"
         yield StringCommand("find", QuoteString(posixpath.dirname(private)), "-maxdepth", "1", "-user",
                             '"$(id -u)"', "-name", QuoteString(pattern), "-exec", "rm", "-rf", "{}", "+", ";",
                             "mkdir", "-m", "700", QuoteString(private), **AS_SSH_USER)
+        other = next((args.get(k) for k in OTHER_USER if args.get(k)), None)
+        if other:  # pyinfra grants that user read on the file (setfacl); it must be able to enter the directory
+            yield StringCommand("setfacl", "-m", QuoteString(f"u:{other}:x"), QuoteString(private), **AS_SSH_USER)
     for f in files:
         temp = posixpath.join(private, posixpath.basename(f.path)) if private else None
         yield FileUploadCommand(StringIO(f.content), f.path, remote_temp_filename=temp)

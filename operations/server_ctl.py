@@ -11,7 +11,8 @@ read the API key from secrets.env themselves.
     start DIR HASH [PORT]          setsid launch.sh >> server.log, record pid/start/hash (refused if PORT is taken)
     record DIR HASH UNIT           after systemctl start: record the unit's MainPID
     annotate DIR JSON              add what the server was started with (masked args, verify settings)
-    verified DIR HASH              the controller verified it: status -> running (nothing else marks it so)
+    verified DIR HASH              the controller verified it: status -> running (only the controller marks it so:
+                                   this, and ``live`` for worker ranks in a group's last stage)
     stop DIR GRACE [UNIT]          TERM the process group, KILL after GRACE seconds; state -> stopped
     wait DIR PORT JSON             sample until ready (or dead, or budget spent); JSON: budget_s, prompt, engine
     bench DIR NAME JSON            start (once per key) or attach to benchmark NAME, wait up to budget_s; JSON:
@@ -29,7 +30,7 @@ import urllib.error
 import urllib.request
 
 try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
-    from operations.remote_common import (DICT, INT, NUM, STR, masked, open_append, private_dir,
+    from operations.remote_common import (DICT, INT, NUM, STR, make_dirs, masked, open_append, private_dir,
                                           read_doc, save_json, set_aside, start_time, unsafe_tree)
 except ImportError:
     pass
@@ -359,11 +360,15 @@ def cmd_bench(d, name, opts):
     so a dropped connection or a re-run attaches to it instead of starting another; waits up to budget_s.
     Output: bench/NAME.log, bench/NAME.jsonl (the runner's --output-file), bench/NAME.run.json (the run)."""
     bdir = os.path.join(d, "bench")
-    os.makedirs(bdir, mode=0o700, exist_ok=True)
+    make_dirs(bdir)
     paths = {ext: os.path.join(bdir, f"{name}.{ext}") for ext in ("log", "jsonl", "rc", "run.json")}
     run, problem = read_doc(paths["run.json"], RUN_SCHEMA)
-    if run is None:  # corrupt: set aside, and nothing it names is signalled
-        set_aside(paths["run.json"])
+    notes = []
+    if run is None:  # corrupt: set aside and said, and nothing it names is signalled
+        try:
+            notes.append(f"{paths['run.json']}: {problem}: set aside as {set_aside(paths['run.json'])}")
+        except OSError as exc:
+            notes.append(f"{paths['run.json']}: {problem}: could not set it aside ({exc.strerror}); ignored")
         run = {}
     if opts.get("stop"):
         if run.get("key") == opts["key"]:
@@ -401,14 +406,14 @@ def cmd_bench(d, name, opts):
     tail = (read(paths["log"], "") or "").splitlines()[-20:]
     rc = read(paths["rc"])
     if alive(run):
-        return {"done": False, "elapsed_s": time.time() - (run.get("started_at") or time.time()), "last_line": tail[-1] if tail else ""}
+        return {"done": False, "notes": notes, "elapsed_s": time.time() - (run.get("started_at") or time.time()), "last_line": tail[-1] if tail else ""}
     lines = (read(paths["jsonl"], "") or "").splitlines()
     try:
         result = json.loads(lines[-1]) if lines else None
     except ValueError:
         result = None
     save_json(paths["run.json"], {**run, "collected": True})
-    return {"done": True, "rc": int(rc) if rc and rc.strip().isdigit() else None, "result": result,
+    return {"done": True, "notes": notes, "rc": int(rc) if rc and rc.strip().isdigit() else None, "result": result,
             "server_info": run.get("server_info"), "elapsed_s": time.time() - (run.get("started_at") or time.time()), "log_tail": tail}
 
 

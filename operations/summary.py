@@ -40,11 +40,17 @@ class RunSummary(BaseStateCallback):
             self._counted.add(host)
 
     def operation_start(self, state, op_hash):
-        # execution begins: withdraw the predictions, the real outcome counts from here
+        # execution begins: withdraw the predictions, the real outcome counts from here (a host pyinfra itself
+        # failed meanwhile, e.g. on a fact error, has left active_hosts and stays failed)
         for host in self._counted:
-            state.failed_hosts.discard(host)
+            if host in state.active_hosts:
+                state.failed_hosts.discard(host)
         self._counted.clear()
         self.predicted.clear()
+
+    def operation_host_start(self, state, host, op_hash):
+        if self._counted or self.predicted:  # --serial and --no-wait start hosts without an operation_start
+            self.operation_start(state, op_hash)
 
     def operation_host_error(self, state, host, op_hash, retry_count=0, max_retries=0):
         if retry_count < max_retries:

@@ -166,7 +166,10 @@ def _run(state, host, cfg: ServerConfig, sup, argv, workload: Workload, path: Pa
     start = clock.now()
     opts = {"key": key, "argv": argv, "port": cfg.port, "config_hash": cfg.config_hash}
     while True:
+        interrupt.check(f"waiting for benchmark {name} (it goes on on the host; the next run attaches to it)")
         doc = _ctl(host, sup, name, {**opts, "budget_s": min(progress_s, max(0.0, timeout_s - (clock.now() - start)))})
+        for note in doc.get("notes") or ():
+            report.log(host, f"{label}: {note}", fg="yellow")
         if "error" in doc or doc.get("done"):
             break
         if clock.now() - start >= timeout_s:

@@ -314,3 +314,12 @@ def test_yaml_aliases_are_refused_so_a_billion_laughs_config_cannot_expand(tmp_p
         load(str(path))
     assert "YAML aliases (*name) are not allowed in a config" in str(err.value)
     assert "line 2, column" in str(err.value)
+
+
+@pytest.mark.parametrize("reader,value", [(hostdata.as_port, "³"), (hostdata.as_indices, "0,²"),
+                                          (hostdata.as_integer, "²")])
+def test_non_ascii_digits_are_a_config_error_not_a_traceback(reader, value):
+    """``"²".isdigit()`` is True but ``int("²")`` raises: only ASCII digits count."""
+    h = FakeHost()
+    with pytest.raises(ConfigError, match=r"\[gpu-a\]"):
+        reader(h, "x", value) if reader is not hostdata.as_port else reader(h, value)

@@ -440,3 +440,45 @@ def test_10_sudo_uploads_never_write_through_a_predictable_temp_file(make_cluste
         assert again.returncode == 0 and "No changes" in again.stdout + again.stderr, again.stdout + again.stderr
     finally:
         trap.unlink()
+
+
+# --- the host programs' own guards, without a run -----------------------------------------------------------
+
+def test_2_a_document_nested_too_deep_is_corrupt_not_a_crash(tmp_path):
+    from operations.remote_common import read_doc
+
+    path = tmp_path / "state.json"
+    path.write_text("[" * 200000)
+    assert read_doc(str(path), {}) == (None, "unreadable JSON (RecursionError)")
+
+
+def test_11_directories_specops_creates_under_umask_002_pass_its_own_check(tmp_path):
+    from operations.remote_common import private_dir, unsafe_tree
+
+    old = os.umask(0o002)
+    try:
+        assert private_dir(str(tmp_path / "a" / "b" / "llm")) is None
+    finally:
+        os.umask(old)
+    assert unsafe_tree(str(tmp_path / "a" / "b" / "llm")) is None
+    assert (tmp_path / "a").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("mode", [(), ("--serial",), ("--no-wait",)])
+def test_12_a_predicted_failure_that_clears_before_execution_does_not_fail_the_run(sim, tmp_path, mode):
+    """Without -y pyinfra prepares, asks, then executes: what was foreseen while preparing (no driver) is withdrawn
+    once execution starts, in every run mode, so the real outcome decides the exit code."""
+    sim.hold([1], 2000)
+    sim.set_driver(False)
+    out = tmp_path / "interactive.out"
+    with open(out, "w") as fh:
+        run = subprocess.Popen([PYINFRA, *mode, str(REPO / "inventory" / "sim.py"), "deploy.py", "--data",
+                                "config=none"], cwd=REPO, env=sim.env(), stdin=subprocess.PIPE, stdout=fh,
+                               stderr=subprocess.STDOUT, text=True)
+        wait_for(lambda: "Press enter to execute" in out.read_text(), 60, "the confirmation prompt")
+        assert "will fail: gpu.idle: cannot read GPUs" in out.read_text()
+        sim.set_driver(True)  # fixed between the plan and the go-ahead
+        run.communicate("\n", timeout=60)
+    text = out.read_text()
+    assert run.returncode == 0 and "idle: GPU 0,1,2,3 idle after" in text, text
+    assert_no_change(idle(sim))
