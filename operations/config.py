@@ -1,4 +1,9 @@
-"""Config X: a server config in SGLang's own ``--config`` YAML key style, plus a ``specops:`` section.
+"""Config X: the engine's own ``--config`` YAML file, unchanged, plus specops' settings beside it.
+
+``configs/eagle3-llama3.1-8b.yaml`` is a file ``sglang serve --config`` accepts as it is; specops' settings
+live in ``configs/eagle3-llama3.1-8b.specops.yaml`` (or in a ``specops:`` section of the file, which specops strips
+before the engine sees it). On the host the engine is started from ``engine.yaml``, rendered from the engine part
+with ``${VAR}`` references resolved and secrets left out (they go on the command line from a 0600 file).
 
 .. code:: yaml
 
@@ -126,10 +131,14 @@ class ServerConfig:
         return int(self.args.get("tp_size", 1)) * int(self.args.get("dp_size", 1)) // int(self.args.get("nnodes", 1))
 
     def gpu_indices(self) -> list[int]:
+        """The host's GPUs this server runs on (CUDA_VISIBLE_DEVICES at launch): ``specops.gpus``, else SGLang's
+        base-gpu-id and gpu-id-step counted from GPU 0, else the first tp x dp / nnodes GPUs."""
         if self.gpus is not None:
             return list(self.gpus)
-        base = int(self.args.get("base_gpu_id", 0)) if self.engine == "sglang" else 0
-        return list(range(base, base + max(1, self.gpu_count())))
+        base, step = 0, 1
+        if self.engine == "sglang":
+            base, step = int(self.args.get("base_gpu_id") or 0), int(self.args.get("gpu_id_step") or 1)
+        return [base + i * step for i in range(max(1, self.gpu_count()))]
 
     def with_args(self, **changes) -> "ServerConfig":
         return replace(self, args={**self.args, **changes})
@@ -374,17 +383,52 @@ def _parse(text: str, path: Path):
     return data
 
 
+SETTINGS_SUFFIX = ".specops.yaml"
+
+
+def settings_path(path: Path) -> Path:
+    """Where specops' own settings for the engine file ``path`` live: ``NAME.specops.yaml`` beside it."""
+    return path.with_name(path.name[: -len(path.suffix)] + SETTINGS_SUFFIX)
+
+
+def known_configs(search: Path | None = None) -> list[str]:
+    return sorted(p.stem for p in (search or configs_dir()).glob("*.yaml") if not p.name.endswith(SETTINGS_SUFFIX))
+
+
+def _read_yaml(path: Path):
+    try:
+        return _parse(_read_config(path), path)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # permission denied, a loop of links, ...: the reason, not the content
+        raise _file_issue(path, f"cannot be read: {exc.strerror or type(exc).__name__}") from None
+
+
 def load(name_or_path: str, search: Path | None = None, environ=None) -> ServerConfig:
     """``eagle3-llama3.1-8b`` (looked up in configs/) or a path to a YAML file. A file that is not a config
-    (a directory, binary, huge, empty, not YAML, not a mapping) is refused without quoting any of it."""
+    (a directory, binary, huge, empty, not YAML, not a mapping) is refused without quoting any of it.
+
+    The file is the engine's own ``--config`` YAML (SGLang's, unchanged); specops' settings come from
+    ``NAME.specops.yaml`` beside it, or from a ``specops:`` section in the file itself (stripped before the
+    engine sees it), not both."""
     path = Path(name_or_path)
     if "/" not in name_or_path and path.suffix not in (".yaml", ".yml"):  # a name: "eagle3-llama3.1-8b"
         path = (search or configs_dir()) / f"{name_or_path}.yaml"
+    if path.name.endswith(SETTINGS_SUFFIX):
+        raise _file_issue(path, f"holds specops settings, not a config: load the engine file beside it "
+                                f"({path.name[: -len(SETTINGS_SUFFIX)]}.yaml)")
     try:
-        text = _read_config(path)
+        data = _read_yaml(path)
     except FileNotFoundError:
-        known = sorted(p.stem for p in (search or configs_dir()).glob("*.yaml"))
+        known = known_configs(search)
         raise ConfigError([Issue("config", f"no config {name_or_path!r} ({path}); known: {', '.join(known) or 'none'}")])
-    except OSError as exc:  # permission denied, a loop of links, ...: the reason, not the content
-        raise _file_issue(path, f"cannot be read: {exc.strerror or type(exc).__name__}") from None
-    return from_mapping(_parse(text, path), path.stem, str(path), environ)
+    sidecar = settings_path(path)
+    source = str(path)
+    if sidecar.exists():
+        settings = _read_yaml(sidecar)
+        if isinstance(data, dict) and "specops" in data:
+            raise ConfigError([Issue("specops", f"given both in {path} and in {sidecar}: keep one")])
+        if isinstance(data, dict):
+            data = {**data, "specops": settings}
+        source = f"{path} + {sidecar.name}"
+    return from_mapping(data, path.stem, source, environ)

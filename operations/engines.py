@@ -8,12 +8,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from . import sglang_args
+import yaml
+
+from . import sglang_args, sglang_resolve
 from .config import SECRET_ARGS, Issue, ServerConfig
 
-SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-DRAFTED = ("EAGLE", "EAGLE3", "STANDALONE")  # need a draft model path
-TREE = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # use steps / topk / draft tokens
+SGLANG_ALGORITHMS = sglang_resolve.KNOWN
+# need a draft model path (EAGLE / NEXTN without one use the target checkpoint's own MTP layers, DeepSeek-style)
+DRAFTED = ("EAGLE3", "STANDALONE")
+TREE = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # steps / topk / draft tokens are the config's to give
+AUTO = sglang_resolve.AUTO
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,13 @@ def _api_key_issues(cfg: ServerConfig) -> list[Issue]:
     return issues
 
 
+def _placement_issues(cfg: ServerConfig) -> list[Issue]:
+    if "CUDA_VISIBLE_DEVICES" in cfg.env:
+        return [Issue("specops.env.CUDA_VISIBLE_DEVICES", "set by specops from the GPUs the config declares: use "
+                                                          "specops.gpus (or base-gpu-id) instead")]
+    return []
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -140,50 +151,57 @@ class SGLang:
         if isinstance(mem, (int, float)) and not isinstance(mem, bool) and not 0 < mem < 1:
             issues.append(Issue("mem-fraction-static", f"must be between 0 and 1, got {mem}"))
         issues += self._speculative_issues(cfg)
-        issues += self._topology_issues(cfg, ctx)
+        issues += self._topology_issues(cfg, ctx) + _placement_issues(cfg)
         return [Issue(i.field, i.message, ctx.name) for i in issues]
 
     def _speculative_issues(self, cfg: ServerConfig) -> list[Issue]:
         a = cfg.args
-        algo = a.get("speculative_algorithm")
-        spec_keys = [k for k in ("speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
-                                 "speculative_num_draft_tokens") if a.get(k) is not None]
-        if algo is None:
+        given = a.get("speculative_algorithm")
+        spec_keys = [k for k in ("speculative_draft_model_path", *sglang_resolve.TREE) if a.get(k) is not None]
+        if given is None:
             return [Issue(k.replace("_", "-"), "set without speculative-algorithm (it would be ignored)")
                     for k in spec_keys]
-        if algo not in SGLANG_ALGORITHMS:
-            return [Issue("speculative-algorithm", f"{algo!r} is not one of {list(SGLANG_ALGORITHMS)}")]
+        algo = given.upper() if isinstance(given, str) else given  # SGLang upper-cases the name
+        if algo not in sglang_resolve.KNOWN:
+            return [Issue("speculative-algorithm", f"{given!r} is not one of {list(sglang_resolve.KNOWN)} "
+                                                   f"(any case)")]
         issues = []
         if algo in DRAFTED and not a.get("speculative_draft_model_path"):
             issues.append(Issue("speculative-draft-model-path",
                                 f"required for {algo}: without it SGLang drafts with the target model itself and "
                                 f"crashes after loading the weights twice"))
         if algo in TREE:
-            tree = []  # the tree's own problems, reported whatever else is wrong
-            for key in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
-                if a.get(key) is None:
-                    tree.append(Issue(key.replace("_", "-"), f"required for {algo} (set steps, topk and draft "
-                                                            f"tokens together)"))
-            tree += _int_at_least(cfg, "speculative_num_steps", 1) + _int_at_least(cfg, "speculative_eagle_topk", 1)
-            tree += _int_at_least(cfg, "speculative_num_draft_tokens", 2)
-            steps, topk, draft = (a.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk",
-                                                      "speculative_num_draft_tokens"))
-            if not tree and all(map(_is_int, (steps, topk, draft))):
-                if topk == 1 and draft != steps + 1:
-                    tree.append(Issue("speculative-num-draft-tokens",
-                                      f"with speculative-eagle-topk 1 it must be speculative-num-steps + 1 = "
-                                      f"{steps + 1}, got {draft} (SGLang would silently override it)"))
-                elif draft > 1 + topk + (steps - 1) * topk * topk:
-                    tree.append(Issue("speculative-num-draft-tokens",
-                                      f"{draft} exceeds the {1 + topk + (steps - 1) * topk * topk} tokens a tree "
-                                      f"of {steps} steps x topk {topk} can propose"))
-            issues += tree
+            issues += self._tree_issues(cfg, algo)
+        return issues
+
+    def _tree_issues(self, cfg: ServerConfig, algo: str) -> list[Issue]:
+        """Steps / topk / draft tokens: all omitted (SGLang chooses them for the model), or steps and topk given
+        (draft tokens too when topk > 1); SGLang's resolver crashes on steps without topk and the reverse."""
+        a = cfg.args
+        steps, topk, draft = (a.get(k) for k in sglang_resolve.TREE)
+        issues = (_int_at_least(cfg, "speculative_num_steps", 1) + _int_at_least(cfg, "speculative_eagle_topk", 1)
+                  + _int_at_least(cfg, "speculative_num_draft_tokens", 2))
+        if a.get("speculative_adaptive") or (steps is None and topk is None and draft is None):
+            return issues
+        for key, value in (("speculative_num_steps", steps), ("speculative_eagle_topk", topk)):
+            if value is None:
+                issues.append(Issue(key.replace("_", "-"), f"required for {algo} once any of steps / topk / draft "
+                                    f"tokens is set (SGLang's resolver crashes without it); or omit all three "
+                                    f"and SGLang chooses them for the model"))
+        if draft is None and _is_int(topk) and topk > 1:
+            issues.append(Issue("speculative-num-draft-tokens", f"required for {algo} when speculative-eagle-topk "
+                                                                f"is > 1 (SGLang has no default for a tree)"))
         return issues
 
     def _topology_issues(self, cfg: ServerConfig, ctx: HostContext) -> list[Issue]:
         a = cfg.args
         issues = _int_at_least(cfg, "tp_size", 1) + _int_at_least(cfg, "dp_size", 1) + _int_at_least(cfg, "nnodes", 1)
-        if issues or not all(_is_int(a.get(k, 1)) for k in ("tp_size", "dp_size", "nnodes")):
+        issues += _int_at_least(cfg, "base_gpu_id", 0) + _int_at_least(cfg, "gpu_id_step", 1)
+        if cfg.gpus is not None and (a.get("base_gpu_id") or a.get("gpu_id_step", 1) != 1):
+            issues.append(Issue("specops.gpus", "given together with base-gpu-id / gpu-id-step: list the GPUs in "
+                                                "one place (specops.gpus is what CUDA_VISIBLE_DEVICES is set to)"))
+        keys = ("tp_size", "dp_size", "nnodes", "base_gpu_id", "gpu_id_step")
+        if issues or not all(_is_int(a.get(k, 1)) for k in keys):
             return issues
         nnodes = a.get("nnodes", 1)
         tp, dp = a.get("tp_size", 1), a.get("dp_size", 1)
@@ -209,13 +227,47 @@ class SGLang:
         return issues
 
     # ---- rendering --------------------------------------------------------------------------------
-    def argv(self, cfg: ServerConfig) -> list:
+    # GPU placement is CUDA_VISIBLE_DEVICES, rendered from cfg.gpu_indices() (supervisors.launch_env): inside it
+    # the server counts GPUs from 0, so base-gpu-id / gpu-id-step are not passed on
+    PLACEMENT = ("base_gpu_id", "gpu_id_step")
+
+    def _launched(self, cfg: ServerConfig) -> list[tuple[str, object, sglang_args.Flag]]:
+        """(dest, value, flag) of every flag the server is started with, in the table's order."""
         table = sglang_args.flags()
         order = {dest: i for i, dest in enumerate(table)}
-        out: list = list(cfg.launcher)
-        for dest in sorted(cfg.args, key=lambda d: order.get(d, len(order))):
-            value, flag = cfg.args[dest], table[dest]
-            if value is None:
+        return [(dest, cfg.args[dest], table[dest]) for dest in sorted(cfg.args, key=lambda d: order.get(d, len(order)))
+                if cfg.args[dest] is not None and dest not in self.PLACEMENT]
+
+    @staticmethod
+    def _in_file(flag: sglang_args.Flag, dest: str, cfg: ServerConfig) -> bool:
+        """Whether the flag goes into the engine file: SGLang's ``--config`` loader takes store and store_true
+        flags only (a BooleanOptionalAction key makes it raise), and secrets stay in the 0600 secrets file."""
+        if cfg.is_secret(dest):
+            return False
+        return flag.action == "_StoreTrueAction" or (flag.action == "_StoreAction" and flag.nargs in (None, "+"))
+
+    def engine_file(self, cfg: ServerConfig) -> dict:
+        """The engine part as SGLang's own ``--config`` YAML: primary option name (no dashes) -> value."""
+        out = {}
+        for dest, value, flag in self._launched(cfg):
+            if not self._in_file(flag, dest, cfg) or (flag.is_switch and not value):
+                continue
+            if flag.type == "loads" and not isinstance(value, str):
+                value = json.dumps(value, sort_keys=True)  # the loader would split a list into several values
+            out[flag.option.lstrip("-")] = value
+        return out
+
+    def engine_yaml(self, cfg: ServerConfig) -> str:
+        header = f"# SGLang --config file rendered by specops for config {cfg.name}; the next converge rewrites it.\n"
+        return header + yaml.safe_dump(self.engine_file(cfg), sort_keys=False, default_flow_style=False,
+                                       allow_unicode=True)
+
+    def launch_argv(self, cfg: ServerConfig, config_path: str | None) -> list:
+        """The command line: the launcher, ``--config config_path`` (the engine file), then what the file cannot
+        carry (secrets as :class:`SecretRef`, ``--no-x`` switches). Without a path every flag is on the line."""
+        out: list = list(cfg.launcher) + (["--config", config_path] if config_path else [])
+        for dest, value, flag in self._launched(cfg):
+            if config_path and self._in_file(flag, dest, cfg):
                 continue
             if flag.is_switch:
                 if value:
@@ -226,20 +278,27 @@ class SGLang:
             out.append(flag.option)
             if cfg.is_secret(dest):
                 out.append(SecretRef(dest))
-            elif isinstance(value, list):
+            elif isinstance(value, list) and flag.type != "loads":
                 out += [str(v) for v in value]
-            elif isinstance(value, (dict,)) or (flag.type == "loads" and isinstance(value, list)):
+            elif isinstance(value, (dict, list)):
                 out.append(json.dumps(value, sort_keys=True))
             else:
                 out.append(str(value))
         return out
 
+    def argv(self, cfg: ServerConfig) -> list:
+        return self.launch_argv(cfg, None)
+
     # ---- what the live server reports -------------------------------------------------------------
-    def desired_view(self, cfg: ServerConfig) -> dict:
-        """Desired values, defaults filled, for the fields compared against /get_server_info."""
+    def desired_view(self, cfg: ServerConfig, keys=None) -> dict:
+        """Desired values as SGLang resolves and reports them (``operations.sglang_resolve``), defaults filled,
+        for the fields compared against ``/server_info`` (or ``keys``); :data:`AUTO` where SGLang decides from
+        the model."""
         defaults = sglang_args.defaults()
-        view = {dest: cfg.args.get(dest, defaults.get(dest)) for dest in self.compared(cfg)}
-        return {k: _norm(k, v) for k, v in view.items()}
+        full = {**defaults, **{k: v for k, v in cfg.args.items() if v is not None}}
+        full.update(base_gpu_id=0, gpu_id_step=1)  # CUDA_VISIBLE_DEVICES places the server (see PLACEMENT)
+        full.update(sglang_resolve.speculative(full))
+        return {k: _norm(k, full.get(k)) for k in (self.compared(cfg) if keys is None else keys)}
 
     def compared(self, cfg: ServerConfig) -> list[str]:
         core = ["model_path", "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
@@ -248,7 +307,8 @@ class SGLang:
         return core + sorted(extra)
 
     def reported_view(self, cfg: ServerConfig, server_info: dict) -> dict:
-        args = server_info.get("server_args", server_info)
+        # 0.5.23's /server_info has the arguments at the top level; older releases nested them in server_args
+        args = server_info.get("server_args") if isinstance(server_info.get("server_args"), dict) else server_info
         return {k: _norm(k, args.get(k)) for k in self.compared(cfg)}
 
 
@@ -286,7 +346,7 @@ class VLLM:
                 issues.append(Issue(key.replace("_", "-"), f"must be {want.__name__}, got {value!r}"))
         if not cfg.args.get("model"):
             issues.append(Issue("model", "required"))
-        issues += _port_issues(cfg, "port") + _api_key_issues(cfg)
+        issues += _port_issues(cfg, "port") + _api_key_issues(cfg) + _placement_issues(cfg)
         spec = cfg.args.get("speculative_config")
         if isinstance(spec, dict):
             method = spec.get("method")
@@ -308,6 +368,12 @@ class VLLM:
             issues.append(Issue("tensor-parallel-size", f"needs {cfg.gpu_count()} GPU(s); host has {ctx.gpu_count}"))
         return [Issue(i.field, i.message, ctx.name) for i in issues]
 
+    def engine_yaml(self, cfg: ServerConfig) -> None:
+        return None  # every flag on the command line (vLLM's own --config format: issue 17)
+
+    def launch_argv(self, cfg: ServerConfig, config_path: str | None) -> list:
+        return self.argv(cfg)
+
     def argv(self, cfg: ServerConfig) -> list:
         out: list = [*cfg.launcher, str(cfg.args.get("model", ""))]
         for key in sorted(cfg.args):
@@ -328,8 +394,8 @@ class VLLM:
     def compared(self, cfg: ServerConfig) -> list[str]:
         return [k for k in cfg.args if not cfg.is_secret(k)]
 
-    def desired_view(self, cfg: ServerConfig) -> dict:
-        return {k: cfg.args.get(k) for k in self.compared(cfg)}
+    def desired_view(self, cfg: ServerConfig, keys=None) -> dict:
+        return {k: cfg.args.get(k) for k in (self.compared(cfg) if keys is None else keys)}
 
     def reported_view(self, cfg: ServerConfig, server_info: dict) -> dict:
         args = server_info.get("vllm_config", server_info.get("server_args", server_info))
@@ -337,6 +403,12 @@ class VLLM:
 
 
 ENGINE_TABLE = {"sglang": SGLang(), "vllm": VLLM()}
+
+
+def mismatches(desired: dict, current: dict) -> list[tuple[str, object, object]]:
+    """(field, current, desired) for every desired field the current side differs on: the one comparison behind
+    readiness, drift and ``--dry`` (:data:`AUTO` matches anything)."""
+    return [(k, current.get(k), v) for k, v in desired.items() if not sglang_resolve.matches(v, current.get(k))]
 
 
 def engine_for(name: str):

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .config import ServerConfig
-from .engines import engine_for
+from .engines import engine_for, mismatches
 from .waiting import Clock, Deadline, ReadCost, poll
 
 
 @dataclass(frozen=True)
 class Readiness:
-    status: str  # ready | dead | mismatch | low-accept | timeout
+    status: str  # ready | dead | mismatch | low-accept | timeout | misplaced
     elapsed: float
     reasons: tuple[str, ...] = ()
     log_tail: tuple[str, ...] = ()
@@ -31,7 +31,8 @@ class Readiness:
             acc = f", avg accept length {self.accept_length:.2f}" if self.accept_length is not None else ""
             return f"ready after {self.elapsed:.1f}s: health_generate 200, generation ok, config confirmed{acc}"
         head = {"dead": "server exited during start", "mismatch": "server reports a different config",
-                "low-accept": "speculation underperforms", "timeout": "not ready before the deadline"}[self.status]
+                "low-accept": "speculation underperforms", "timeout": "not ready before the deadline",
+                "misplaced": "server runs on other GPUs than its config declares"}[self.status]
         return f"{head} after {self.elapsed:.1f}s: {'; '.join(self.reasons) or 'no answer'}"
 
 
@@ -64,8 +65,8 @@ def judge(cfg: ServerConfig, doc: dict, low_seen: int = LOW_ACCEPT_READINGS - 1)
     if info is None:
         return None
     engine = engine_for(cfg.engine)
-    desired, reported = engine.desired_view(cfg), engine.reported_view(cfg, info)
-    wrong = [f"{k}: reports {reported.get(k)!r}, want {v!r}" for k, v in desired.items() if reported.get(k) != v]
+    wrong = [f"{k}: reports {now!r}, want {want!r}"
+             for k, now, want in mismatches(engine.desired_view(cfg), engine.reported_view(cfg, info))]
     if wrong:
         return Readiness("mismatch", 0.0, tuple(wrong))
     acc = accept_length(info)
@@ -114,3 +115,26 @@ def await_ready(read: Callable[[float], dict], cfg: ServerConfig, clock: Clock, 
     # the log may echo the server's arguments (SGLang logs its ServerArgs, api_key included) or environment
     return Readiness(verdict.status, deadline.elapsed(), tuple(map(cfg.redact, verdict.reasons)),
                      tuple(map(cfg.redact, verdict.log_tail)), verdict.accept_length)
+
+
+def server_gpus(gpus, pid: int | None) -> set[int]:
+    """The GPUs on which the server's processes (its pid and its process group: SGLang's scheduler and TP
+    workers are its children there) hold memory, as the GPU fact reads the driver."""
+    if not pid:
+        return set()
+    return {p.gpu_index for p in gpus.processes if p.pid == pid or p.pgid == pid}
+
+
+def placement_problem(cfg: ServerConfig, gpus, pid: int | None) -> str | None:
+    """Why the server does not run on exactly the GPUs its config declares, or None (also None when the GPU fact
+    cannot be read or lists none of its processes: nothing to judge by)."""
+    if not gpus.available:
+        return None
+    actual, want = server_gpus(gpus, pid), set(cfg.gpu_indices())
+    if not actual or actual == want:
+        return None
+    extra, missing = sorted(actual - want), sorted(want - actual)
+    parts = ([f"also on GPU {','.join(map(str, extra))}"] if extra else []) + (
+        [f"not on GPU {','.join(map(str, missing))}"] if missing else [])
+    return (f"runs on GPU {','.join(map(str, sorted(actual)))}, config declares GPU "
+            f"{','.join(map(str, sorted(want)))} ({'; '.join(parts)})")

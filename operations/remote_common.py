@@ -184,7 +184,13 @@ class StableWindow:
         self.readings += 1
         return self.readings >= self.need and now - self.since >= self.window
 
-SECRET_FLAG = re.compile(r"^--?[\w-]*(api[-_]?key|token|secret|password)[\w-]*$", re.I)
+# a flag or field whose value is a secret: api_key, admin_api_key, --api-key, hf_token, watermark_key, ...
+# (whole words at the end only: max_total_tokens and tokenizer_path are not secrets)
+SECRET_NAME = re.compile(r"(^|[-_])(api[-_]?key|key|token|secret|password|passwd)$", re.I)
+
+
+def secret_name(name):
+    return bool(SECRET_NAME.search(str(name).lstrip("-")))
 
 
 def masked(argv):
@@ -194,9 +200,9 @@ def masked(argv):
         flag, eq, _ = arg.partition("=")
         if hide:
             out.append("<secret>")
-        elif eq and SECRET_FLAG.match(flag):
+        elif eq and flag.startswith("-") and secret_name(flag):
             out.append(flag + "=<secret>")
         else:
             out.append(arg)
-        hide = not hide and not eq and bool(SECRET_FLAG.match(arg))
+        hide = not hide and not eq and arg.startswith("-") and secret_name(arg)
     return out

@@ -20,9 +20,10 @@ from .errors import ConfigError
 from .gpustate import process_table, read_gpus
 from .idle_converge import refusal
 from .idle_plan import Selection, plan_idle
-from .readiness import await_ready, live_problems
+from .enginecheck import check_engine
+from .readiness import Readiness, await_ready, live_problems, placement_problem, server_gpus
 from .remote import host_python
-from .serverstate import ServerStatusFact, drift, recorded_view
+from .serverstate import FieldChange, ServerStatusFact, drift, recorded_view
 from .supervisors import supervisor_for
 from .waiting import RealClock
 
@@ -153,6 +154,9 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
         report.log(host, f"server.running {server_name}: {status.problem}: it will be set aside; specops "
                          f"cannot tell from it whether its server runs, and signals nothing it names", fg="yellow")
     changes = drift(cfg, status)
+    misplaced = placement_problem(cfg, gpus_now, status.pid) if status.alive else None
+    if misplaced:  # started before specops set CUDA_VISIBLE_DEVICES, or by hand: a restart puts it right
+        changes.append(FieldChange("gpus", sorted(server_gpus(gpus_now, status.pid)), cfg.gpu_indices(), True))
     restart = [c for c in changes if c.restart]
     healthy = (status.alive and status.status == "running" and status.health == 200
                and status.config_hash == cfg.config_hash)  # "starting": never verified, so verify again
@@ -164,18 +168,28 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
                                   f"draft model's acceptance): check the draft model, or lower min_accept_length")
             return
         extra = f"; {', '.join(str(c) for c in changes)}" if changes else ""
-        host.noop(f"server {server_name} running config {cfg.name} ({cfg.config_hash}), pid {status.pid}, healthy{extra}")
+        version = (status.server_info or {}).get("version")
+        engine = f"{'SGLang' if cfg.engine == 'sglang' else cfg.engine} {version}, " if version else ""
+        host.noop(f"server {server_name} running config {cfg.name} ({cfg.config_hash}), {engine}pid {status.pid}, "
+                  f"GPU {','.join(map(str, cfg.gpu_indices()))}, healthy{extra}")
         return
     blocker = _start_blocker(cfg, status, gpus_now, idle, users)
     if blocker:  # fail now, while the old server still serves, not after stopping it
         yield summary.failure(f"server.running {server_name}: {blocker}"
                               + ("; the running server was left as it was" if status.alive else ""))
         return
+    check = check_engine(cfg, sup.path("engine.yaml"), host)
+    if check.problem:  # the host's own SGLang would refuse to start it: fail while the old server still serves
+        yield summary.failure(f"server.running {server_name}: {check.problem}"
+                              + ("; the running server was left as it was" if status.alive else ""))
+        return
     files = sup.files(cfg)
     if report.print_plan_now():
         report.log(host, f"server.running {server_name}: {_why(cfg, status, healthy)}")
-        for change in changes:
+        for change in changes + _version_change(status, check):
             report.log(host, f"    {change}")
+        if check.skew:
+            report.log(host, f"    note: {check.skew}", fg="yellow")
         if state.config.DIFF:
             _file_diffs(sup, files, status)
         if idle and gpus_now.available and not state.is_executing:  # at execute gpu.idle prints its own plan
@@ -189,8 +203,16 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
     if _rolling():  # a failed batch stops the rollout before this host is touched
         yield FunctionCommand(_rollout_gate, (host.current_op_hash, server_name), {})
     yield from stop_and_idle(sup, cfg, status.alive, idle, users, grace_s, idle_deadline_s, python)
-    yield from launch(sup, cfg, files)
+    yield from launch(sup, cfg, files, check.version)
     yield FunctionCommand(_await_ready, (cfg, sup, python, progress_s), {})
+
+
+def _version_change(status, check) -> list:
+    """The engine version: what the running server reports against what the host has installed now."""
+    running = (status.server_info or {}).get("version") if status.alive else None
+    if running and check.version and running != check.version:
+        return [FieldChange("engine_version", running, check.version, True)]
+    return []
 
 
 def _start_blocker(cfg: ServerConfig, status, gpus_now, idle: bool, users) -> str | None:
@@ -238,12 +260,13 @@ def _prepare_dir(state, host, sup) -> bool:
     return True
 
 
-def launch(sup, cfg: ServerConfig, files):
-    """Commands: upload the launch files with their modes, start the server, record what it was started with."""
+def launch(sup, cfg: ServerConfig, files, engine_version: str | None = None):
+    """Commands: upload the launch files with their modes, start the server, record what it was started with
+    (and the engine version the host's own SGLang reported)."""
     yield from uploads(files)
     yield interrupt.guard(f"starting server {sup.name}")
     yield from sup.start(cfg)
-    yield sup.ctl("annotate", sup.directory, json.dumps(recorded_view(cfg), sort_keys=True))
+    yield sup.ctl("annotate", sup.directory, json.dumps(recorded_view(cfg, engine_version), sort_keys=True))
 
 
 ELEVATION = ("_sudo", "_doas", "_dzdo", "_su_user")  # pyinfra's arguments that make uploads go through a temp file
@@ -310,6 +333,8 @@ def _why(cfg: ServerConfig, status, healthy: bool) -> str:
 @interrupt.stops_on_interrupt
 def _await_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: float, peers=None) -> bool:
     """Wait for readiness; ``peers()`` (multi-node rank 0) may report a dead rank between rounds."""
+    pid = [None]
+
     def read(budget: float) -> dict:
         opts = {"budget_s": round(budget, 3), "prompt": cfg.prompt, "engine": cfg.engine,
                 "model": cfg.args.get("served_model_name") or cfg.args.get("model")}
@@ -318,11 +343,15 @@ def _await_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: f
             doc = json.loads("\n".join(out.stdout_lines))
         except ValueError:
             return {"dead": False, "health_generate": None, "generated": f"server_ctl: {out.stderr_lines[-3:]}"}
+        pid[0] = doc.get("pid") or pid[0]
         if peers is not None and not doc.get("dead") and not doc.get("generation_ok"):
             doc = peers() or doc
         return doc
 
     verdict = await_ready(read, cfg, RealClock(), lambda m: report.log(host, f"server.running: {m}"), progress_s)
+    misplaced = placement_problem(cfg, read_gpus(host, python), pid[0]) if verdict.ok else None
+    if misplaced:  # on GPUs another job may need: stop it, as any failed start is stopped
+        verdict = Readiness("misplaced", verdict.elapsed, (misplaced,))
     if verdict.ok:  # only a completed verification marks the server running (never a host-side wait)
         ok, out = host.run_shell_command(sup.ctl("verified", sup.directory, cfg.config_hash))
         if not ok:

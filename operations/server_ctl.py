@@ -6,7 +6,7 @@ a tree another local user could write; state.json is schema-checked and a corrup
 ``state.json.corrupt-...``) by the commands that change the host, never acted upon. Secrets never travel on a command line: the HTTP checks here
 read the API key from secrets.env themselves.
 
-    status DIR PORT [UNIT]         state, liveness, /health, /get_server_info, launch.sh content (read only)
+    status DIR PORT [UNIT]         state, liveness, /health, /server_info, launch.sh + engine.yaml (read only)
     prepare DIR                    create or check the 0700 server directory (refused in a tree others can write)
     start DIR HASH [PORT]          setsid launch.sh >> server.log, record pid/start/hash (refused if PORT is taken)
     record DIR HASH UNIT           after systemctl start: record the unit's MainPID
@@ -31,7 +31,7 @@ import urllib.request
 
 try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
     from operations.remote_common import (DICT, INT, NUM, STR, make_dirs, masked, open_append, private_dir,
-                                          read_doc, save_json, set_aside, start_time, unsafe_tree)
+                                          read_doc, save_json, secret_name, set_aside, start_time, unsafe_tree)
 except ImportError:
     pass
 
@@ -88,12 +88,22 @@ def alive(state):
     return isinstance(start, int) and not isinstance(start, bool) and start_time(pid) == start
 
 
-def secret(d, name):
+def secrets(d):
+    """NAME -> value of every entry in secrets.env (``NAME=value`` and ``export NAME=value``, shell-quoted)."""
+    out = {}
     for line in (read(os.path.join(d, "secrets.env"), "") or "").splitlines():
         key, _, value = line.partition("=")
-        if key.strip() == name:
-            return shlex.split(value)[0] if value.strip() else ""
-    return None
+        key = key.strip()
+        key = key[len("export "):].strip() if key.startswith("export ") else key
+        try:
+            out[key] = shlex.split(value)[0] if value.strip() else ""
+        except (ValueError, IndexError):
+            continue
+    return out
+
+
+def secret(d, name):
+    return secrets(d).get(name)
 
 
 def http(d, port, path, body=None, timeout=2.0):
@@ -118,20 +128,45 @@ def http(d, port, path, body=None, timeout=2.0):
         return code, raw
 
 
-SECRET_KEY = re.compile(r"(^|_)(api_key|token|secret|password)$", re.I)
+MIN_SECRET_LEN = 4  # shorter values would blank ordinary words; their fields are still masked by name
 
 
-def strip_secrets(info):
-    if isinstance(info, dict):
-        return {k: ("<secret>" if SECRET_KEY.search(k) else strip_secrets(v)) for k, v in info.items()}
-    if isinstance(info, list):
-        return [strip_secrets(v) for v in info]
-    return info
+def redactor(d):
+    """A function that masks what the server reports or logs: fields and flags named like secrets (``api_key``,
+    ``--api-key VALUE`` in ``launch_command``) and, anywhere in any string, every value in secrets.env."""
+    values = sorted((v for v in secrets(d).values() if len(v) >= MIN_SECRET_LEN), key=len, reverse=True)
+
+    def text(value):
+        for v in values:
+            value = value.replace(v, "<secret>")
+        return value
+
+    def walk(info, key=None):
+        if isinstance(info, dict):
+            return {k: ("<secret>" if secret_name(k) and v not in (None, "") else walk(v, k)) for k, v in info.items()}
+        if isinstance(info, list):
+            return [walk(v) for v in info]
+        if isinstance(info, str):
+            return text(" ".join(masked(info.split(" "))) if key == "launch_command" else info)
+        return info
+
+    return walk
+
+
+def server_info(d, port, timeout=2.0):
+    """(status, the server's own report, masked): ``/server_info`` (SGLang >= 0.5), ``/get_server_info`` only when
+    that is missing (older SGLang; 0.5 logs a deprecation warning on every call of it)."""
+    code, info = http(d, port, "/server_info", timeout=timeout)
+    if code == 404:
+        code, info = http(d, port, "/get_server_info", timeout=timeout)
+    if code != 200 or not isinstance(info, dict):
+        return code, None if code == 200 else redactor(d)(str(info)[:200])
+    return code, redactor(d)(info)
 
 
 def log_tail(d, n=LOG_TAIL):
     text = read(os.path.join(d, "server.log"), "") or ""
-    return text.splitlines()[-n:]
+    return redactor(d)(text.splitlines()[-n:])
 
 
 def unit_pid(unit):
@@ -149,16 +184,15 @@ def cmd_status(d, port, unit=None):
         pid = unit_pid(unit)
         state["pid"], state["start"] = (pid, start_time(pid)) if pid else (None, None)
     doc = {"state": state, "alive": alive(state), "launch_sh": read(os.path.join(d, "launch.sh")),
+           "engine_yaml": read(os.path.join(d, "engine.yaml")),
            "unit_file": read(f"/etc/systemd/system/{unit}") if unit else None}
     if problem:
         doc["problem"] = problem
     code, _ = http(d, port, "/health", timeout=1.0)
     doc["health"] = code
     if code is not None:
-        info_code, info = http(d, port, "/get_server_info")
-        if info_code != 200:
-            info_code, info = http(d, port, "/server_info")  # vLLM, where enabled
-        doc["server_info"] = strip_secrets(info) if info_code == 200 and isinstance(info, dict) else None
+        info_code, info = server_info(d, port)
+        doc["server_info"] = info if info_code == 200 else None
     return doc
 
 
@@ -316,8 +350,8 @@ def probe_ready(d, port, opts, end):
         text = out.get("text") if code == 200 and isinstance(out, dict) else None
     doc["generated"] = text if text else f"generation failed: HTTP {code}: {str(out)[:200]}"
     doc["generation_ok"] = bool(text)
-    info_code, info = http(d, port, "/get_server_info", timeout=left(2.0))
-    doc["server_info"] = strip_secrets(info) if info_code == 200 and isinstance(info, dict) else None
+    info_code, info = server_info(d, port, timeout=left(2.0))
+    doc["server_info"] = info if info_code == 200 else None
     return doc
 
 
@@ -332,7 +366,7 @@ def cmd_wait(d, port, opts):
             return {"dead": True, "log_tail": log_tail(d), "state": state, "waited_s": time.monotonic() - t0}
         doc = probe_ready(d, port, opts, end)
         if doc.get("generation_ok"):  # the controller judges the rest and marks it verified (cmd_verified)
-            return {**doc, "dead": False, "waited_s": time.monotonic() - t0}
+            return {**doc, "dead": False, "pid": state.get("pid"), "waited_s": time.monotonic() - t0}
         if time.monotonic() + 0.1 > end:
             return {**doc, "dead": False, "log_tail": log_tail(d, 10), "waited_s": time.monotonic() - t0}
         time.sleep(0.1)
@@ -382,9 +416,9 @@ def cmd_bench(d, name, opts):
         if state.get("config_hash") != opts["config_hash"]:
             return {"error": f"the server runs config {state.get('config_hash')}, not {opts['config_hash']} "
                              f"(changed by another deploy?); not benchmarking"}
-        code, info = http(d, opts["port"], "/get_server_info", timeout=10.0)
-        if code != 200 or not isinstance(info, dict):
-            return {"error": f"/get_server_info answered {code}: {str(info)[:200]}"}
+        code, info = server_info(d, opts["port"], timeout=10.0)
+        if code != 200 or info is None:
+            return {"error": f"/server_info answered {code}: {info}"}
         for p in (paths["jsonl"], paths["rc"]):
             if os.path.exists(p):
                 os.remove(p)
@@ -398,18 +432,18 @@ def cmd_bench(d, name, opts):
                 *opts["argv"], "--output-file", paths["jsonl"]]
         pid = detach(argv, paths["log"], env)
         run = {"key": opts["key"], "pid": pid, "pgid": pid, "start": start_time(pid), "started_at": time.time(),
-               "config_hash": opts["config_hash"], "server_info": strip_secrets(info)}
+               "config_hash": opts["config_hash"], "server_info": info}
         save_json(paths["run.json"], run)
     end = time.monotonic() + opts["budget_s"]
     while alive(run) and time.monotonic() < end:
         time.sleep(0.05)
-    tail = (read(paths["log"], "") or "").splitlines()[-20:]
+    tail = redactor(d)((read(paths["log"], "") or "").splitlines()[-20:])
     rc = read(paths["rc"])
     if alive(run):
         return {"done": False, "notes": notes, "elapsed_s": time.time() - (run.get("started_at") or time.time()), "last_line": tail[-1] if tail else ""}
     lines = (read(paths["jsonl"], "") or "").splitlines()
     try:
-        result = json.loads(lines[-1]) if lines else None
+        result = redactor(d)(json.loads(lines[-1])) if lines else None
     except ValueError:
         result = None
     save_json(paths["run.json"], {**run, "collected": True})

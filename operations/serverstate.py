@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
 from .config import VERIFY_KEYS, ServerConfig
-from .engines import engine_for
+from .engines import engine_for, mismatches
 from .remote import guarded, python_script
 
 
@@ -88,9 +88,11 @@ def _show(value) -> str:
     return "(unset)" if value is None else json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
 
-def recorded_view(cfg: ServerConfig) -> dict:
-    """What state.json remembers of a config: masked args and the verification settings."""
-    return {"args": cfg.masked_args(), "verify": {k: getattr(cfg, k) for k in VERIFY_KEYS}}
+def recorded_view(cfg: ServerConfig, engine_version: str | None = None) -> dict:
+    """What state.json remembers of a config: masked args, the verification settings, the GPUs and the engine
+    version the host's own engine reported before the start."""
+    return {"args": cfg.masked_args(), "verify": {k: getattr(cfg, k) for k in VERIFY_KEYS},
+            "gpus": cfg.gpu_indices(), "engine": {"name": cfg.engine, "version": engine_version}}
 
 
 def drift(cfg: ServerConfig, status: ServerStatus) -> list[FieldChange]:
@@ -99,14 +101,12 @@ def drift(cfg: ServerConfig, status: ServerStatus) -> list[FieldChange]:
     desired = engine.desired_view(cfg)
     if status.server_info:
         current = engine.reported_view(cfg, status.server_info)
-    elif status.recorded:
-        masked = status.recorded.get("args", {})
-        defaults = engine.desired_view(cfg.__class__(name=cfg.name, engine=cfg.engine, args={}))
-        current = {k: masked.get(k, defaults.get(k)) for k in desired}
+    elif status.recorded:  # what it was started with, resolved the same way
+        masked = {k: v for k, v in status.recorded.get("args", {}).items() if v != "<secret>"}
+        current = engine.desired_view(replace(cfg, args=masked), keys=list(desired))
     else:
         current = {}
-    changes = [FieldChange(k, current.get(k), v, True) for k, v in desired.items()
-               if current and current.get(k) != v]
+    changes = [FieldChange(k, now, want, True) for k, now, want in mismatches(desired, current) if current]
     recorded_args = status.recorded.get("args", {})
     changes += [FieldChange(k, "<secret>", "<secret, changed>", True) for k in cfg.args
                 if cfg.is_secret(k) and status.config_hash and status.config_hash != cfg.config_hash

@@ -34,6 +34,13 @@ def secrets_env(cfg: ServerConfig) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def launch_env(cfg: ServerConfig) -> dict:
+    """The server's public environment: the config's own, and CUDA_VISIBLE_DEVICES = the GPUs it declares (so
+    the server runs on exactly those, whatever else the host's GPU 0 holds)."""
+    env = {k: v for k, v in sorted(cfg.env.items()) if not cfg.is_secret(k)}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, cfg.gpu_indices())), **env}
+
+
 @dataclass(frozen=True)
 class Supervisor:
     """Files and commands for one named server under ``state_dir``."""
@@ -52,11 +59,13 @@ class Supervisor:
     unit = None  # systemd unit name, when systemd supervises
 
     def files(self, cfg: ServerConfig) -> list[ServerFile]:
-        argv = engine_for(cfg.engine).argv(cfg)
-        public_env = {k: v for k, v in sorted(cfg.env.items()) if not cfg.is_secret(k)}
+        engine = engine_for(cfg.engine)
+        engine_yaml = engine.engine_yaml(cfg)
+        argv = engine.launch_argv(cfg, self.path("engine.yaml") if engine_yaml is not None else None)
         script = render("launch.sh.j2", name=self.name, config_hash=cfg.config_hash, env_file=self.path("secrets.env"),
-                        env=public_env, argv=argv, shell_arg=_argv_for_shell)
-        return [ServerFile(self.path("launch.sh"), script, "700"),
+                        env=launch_env(cfg), argv=argv, shell_arg=_argv_for_shell)
+        engine_file = [ServerFile(self.path("engine.yaml"), engine_yaml, "600")] if engine_yaml is not None else []
+        return [*engine_file, ServerFile(self.path("launch.sh"), script, "700"),
                 ServerFile(self.path("secrets.env"), secrets_env(cfg), "600", secret=True)]
 
     def ctl(self, *args: str) -> StringCommand:

@@ -90,13 +90,24 @@ def server_sim(sim):
     return sim
 
 
+def shipped(name: str) -> dict:
+    """A shipped config as one mapping: its engine file with its specops settings (``NAME.specops.yaml``) as the
+    ``specops:`` section, the single-file form tests write into their own directories."""
+    data = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
+    sidecar = REPO / "configs" / f"{name}.specops.yaml"
+    if sidecar.exists():
+        data["specops"] = {**yaml.safe_load(sidecar.read_text()), **(data.get("specops") or {})}
+    data.setdefault("specops", {})
+    return data
+
+
 @pytest.fixture
 def configs(tmp_path):
     """The shipped configs, copied with a free port (tests never share a port with anything else)."""
     port = free_port()
     out = {}
     for name in ("eagle3-llama3.1-8b", "baseline-llama3.1-8b"):
-        data = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
+        data = shipped(name)
         data["port"] = port
         data["specops"]["ready_timeout_s"] = 30
         path = tmp_path / f"{name}.yaml"

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from gpusim.ledger import proc_start_time
-from conftest import REPO, changed, cluster_env, needs_root, pyinfra_argv, run_cluster
+from conftest import REPO, changed, shipped, cluster_env, needs_root, pyinfra_argv, run_cluster
 from test_gpusim import wait_for
 
 pytestmark = [needs_root, pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"),
@@ -20,7 +20,7 @@ pytestmark = [needs_root, pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"
 @pytest.fixture
 def group_config(tmp_path):
     """A model tensor-parallel over three 4-GPU hosts (nnodes, node_rank, dist_init_addr come from the group)."""
-    data = yaml.safe_load((REPO / "configs" / "eagle3-llama3.1-70b-2node.yaml").read_text())
+    data = shipped("eagle3-llama3.1-70b-2node")
     data["tp-size"] = 12
     data["specops"]["ready_timeout_s"] = 30
     path = tmp_path / "llama70b-3node.yaml"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import PYINFRA, REPO, needs_root, pyinfra_argv, run_pyinfra
+from conftest import PYINFRA, REPO, needs_root, pyinfra_argv, run_pyinfra, shipped
 from gpusim import ledger
 from gpusim.ledger import proc_start_time
 from test_fault_matrix import assert_no_change, converge, idle, the_server
@@ -412,7 +412,7 @@ def test_10_sudo_uploads_never_write_through_a_predictable_temp_file(make_cluste
     from conftest import cluster_env
 
     cluster = make_cluster(1, server_start_s=0.3)
-    data = yaml.safe_load((REPO / "configs" / "baseline-llama3.1-8b.yaml").read_text())
+    data = shipped("baseline-llama3.1-8b")
     data["api-key"] = "${SPECOPS_SUDO_TEST_KEY}"
     data["specops"]["ready_timeout_s"] = 30
     config = tmp_path / "keyed.yaml"

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from operations.config import from_mapping
 from operations.engines import engine_for
@@ -28,6 +29,21 @@ def launch(tmp_path, cfg, sup):
     return json.loads((tmp_path / "rec.py.argv").read_text())
 
 
+def flag_values(argv):
+    """option -> value as the server sees them: the ``--config`` file's keys (read back with a YAML parser, as
+    SGLang's loader does), then the command line's flags, which win."""
+    values, rest = {}, list(argv)
+    if "--config" in rest:
+        i = rest.index("--config")
+        with open(rest[i + 1]) as fh:
+            values.update({f"--{k}": v for k, v in yaml.safe_load(fh).items()})
+        del rest[i:i + 2]
+    for i, arg in enumerate(rest):
+        if arg.startswith("--"):
+            values[arg] = rest[i + 1] if i + 1 < len(rest) and not rest[i + 1].startswith("--") else True
+    return values
+
+
 @pytest.mark.parametrize("value", NASTY)
 def test_every_string_field_is_quoted(tmp_path, value):
     (tmp_path / "rec.py").write_text(ECHO_ARGV)
@@ -39,10 +55,11 @@ def test_every_string_field_is_quoted(tmp_path, value):
     cfg = from_mapping(data, "nasty")
     sup = Supervisor(tmp_path.name, str(tmp_path.parent))  # its directory is tmp_path
     argv = launch(tmp_path, cfg, sup)
-    assert argv[argv.index("--model-path") + 1] == value
-    assert argv[argv.index("--served-model-name") + 1] == value
-    assert argv[argv.index("--api-key") + 1] == value  # reached the server through secrets.env
-    assert argv[argv.index("--chat-template") + 1] == value
+    assert argv[:2] == ["--config", str(tmp_path / "engine.yaml")]
+    values = flag_values(argv)
+    assert values["--model-path"] == value and values["--served-model-name"] == value
+    assert argv[argv.index("--api-key") + 1] == value  # on the command line, through secrets.env
+    assert values["--chat-template"] == value
     assert not (tmp_path / "PWNED").exists() and not os.path.exists("PWNED")
 
 
@@ -50,8 +67,8 @@ def test_secret_stays_out_of_script_and_unit(tmp_path):
     cfg = from_mapping({"model-path": "m", "api-key": "s3cr3t-Zq9", "specops": {"env": {"HF_TOKEN": "hf_Zq9"}}}, "t")
     sup = SystemdSupervisor("llm", str(tmp_path))
     files = {os.path.basename(f.path): f for f in sup.files(cfg)}
-    assert set(files) == {"launch.sh", "secrets.env", "specops-llm.service"}
-    for name in ("launch.sh", "specops-llm.service"):
+    assert set(files) == {"engine.yaml", "launch.sh", "secrets.env", "specops-llm.service"}
+    for name in ("engine.yaml", "launch.sh", "specops-llm.service"):
         assert "s3cr3t" not in files[name].content and "hf_Zq9" not in files[name].content
     assert files["secrets.env"].secret and files["secrets.env"].mode == "600"
     assert "SPECOPS_SECRET_API_KEY=s3cr3t-Zq9" in files["secrets.env"].content
