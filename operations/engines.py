@@ -172,7 +172,21 @@ class SGLang:
                                 f"crashes after loading the weights twice"))
         if algo in TREE:
             issues += self._tree_issues(cfg, algo)
+        if a.get("speculative_adaptive"):
+            issues += self._adaptive_issues(cfg)
         return issues
+
+    @staticmethod
+    def _adaptive_issues(cfg: ServerConfig) -> list[Issue]:
+        a = cfg.args
+        off = sglang_resolve.adaptive_off_reason({**a, "speculative_algorithm": a.get("speculative_algorithm")})
+        if off:
+            return [Issue("speculative-adaptive", f"{off}; SGLang would silently run without it")]
+        steps, candidates = a.get("speculative_num_steps"), sglang_resolve.DEFAULT_ADAPTIVE_STEPS
+        if steps is not None and not a.get("speculative_adaptive_config") and steps not in candidates:
+            return [Issue("speculative-num-steps", f"{steps} is not one of the adaptive candidate steps "
+                                                   f"{list(candidates)} (SGLang refuses to start)")]
+        return []
 
     def _tree_issues(self, cfg: ServerConfig, algo: str) -> list[Issue]:
         """Steps / topk / draft tokens: all omitted (SGLang chooses them for the model), or steps and topk given

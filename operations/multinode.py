@@ -17,7 +17,7 @@ A rank whose host is unreachable fails the group's run on every reachable rank, 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import gevent
 from gevent.event import AsyncResult
@@ -27,6 +27,7 @@ from pyinfra.api import FunctionCommand, deploy, operation
 
 from . import report, server, summary, topology
 from .config import Issue, ServerConfig
+from .enginecheck import EngineCheck, check_engine
 from .errors import ConfigError
 from .gpustate import read_gpus
 from .readiness import live_problems
@@ -43,6 +44,7 @@ class Member:
     sup: Supervisor
     python: str
     status: ServerStatus | None  # None: unreachable
+    check: EngineCheck | None = None  # what the host's own SGLang says of this rank's command line (restarts)
 
     @property
     def label(self) -> str:
@@ -132,7 +134,13 @@ def _read_group(rank, config, server_name, supervisor, state_dir, python) -> Gro
 
     jobs = [gevent.spawn(one, h) for h in hosts]
     gevent.joinall(jobs, raise_error=True)
-    return GroupPlan(rank.group, tuple(j.value for j in jobs))
+    plan = GroupPlan(rank.group, tuple(j.value for j in jobs))
+    if not plan.restart:
+        return plan
+    # a restart: every rank's host must accept its command line before any rank is stopped
+    checks = [gevent.spawn(check_engine, m.cfg, m.sup.path("engine.yaml"), m.host) for m in plan.members]
+    gevent.joinall(checks, raise_error=True)
+    return replace(plan, members=tuple(replace(m, check=c.value) for m, c in zip(plan.members, checks)))
 
 
 def _validated(me: Member) -> None:
@@ -154,6 +162,10 @@ def _stop_and_idle(config, server_name, supervisor, state_dir, idle, users, grac
                               f"nothing changed on {me.label}")
         return
     _validated(me)
+    refused = [f"{m.label}: {m.check.problem}" for m in plan.members if m.check and m.check.problem]
+    if refused:
+        yield summary.failure(f"group {plan.group}: {'; '.join(refused)}; nothing changed on {me.label}")
+        return
     if not plan.restart:
         s = me.status
         problems = live_problems(me.cfg, s.server_info) if me.rank.rank == 0 else []
@@ -169,6 +181,8 @@ def _stop_and_idle(config, server_name, supervisor, state_dir, idle, users, grac
                          f"ranks in order; " + "; ".join(m.why() for m in plan.members if not m.healthy))
         for change in drift(me.cfg, me.status):
             report.log(host, f"    {change}")
+        if me.check and me.check.skew:
+            report.log(host, f"    note: {me.check.skew}", fg="yellow")
     yield from server.stop_and_idle(me.sup, me.cfg, me.status.alive, idle, users, grace_s, idle_deadline_s,
                                     me.python)
 
@@ -182,7 +196,7 @@ def _start_ranks(config, server_name, supervisor, state_dir, python, leader: boo
     files = me.sup.files(me.cfg)
     if report.print_plan_now() and state.config.DIFF:
         server._file_diffs(me.sup, files, me.status)
-    yield from server.launch(me.sup, me.cfg, files)
+    yield from server.launch(me.sup, me.cfg, files, me.check.version if me.check else None)
 
 
 @operation()
