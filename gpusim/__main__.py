@@ -12,9 +12,11 @@
     python -m gpusim cluster up DIR [--hosts 3] [--gpus 4] [--server-start 1] [--release-delay 0.5]   # root
     python -m gpusim cluster down DIR
 
-``init`` writes DIR/bin/nvidia-smi and DIR/bin/gpusim-snapshot (bound to DIR and this Python), the device-file
-stand-ins DIR/dev/nvidia0..N-1, nvidiactl and nvidia-uvm, and, unless --no-nvml, builds DIR/lib/libnvidia-ml.so.1
-with gcc. Put DIR/bin first on PATH and DIR/lib on LD_LIBRARY_PATH.
+``init`` writes DIR/bin/nvidia-smi and DIR/bin/gpusim-snapshot (bound to DIR and this Python), DIR/bin/python (this
+Python with the host's stand-in SGLang: ``DIR/bin/python -m sglang.launch_server ...``; host.json
+``sglang_version`` and ``sglang_removed_flags`` make it an older release), the device-file stand-ins
+DIR/dev/nvidia0..N-1, nvidiactl and nvidia-uvm, and, unless --no-nvml, builds DIR/lib/libnvidia-ml.so.1 with gcc.
+Put DIR/bin first on PATH and DIR/lib on LD_LIBRARY_PATH.
 
 ``hold`` prints {"pid", "watcher", "pgid"} (with --pin-child also "pin_pid", "pin_start"). The holder keeps DIR/dev's
 files for its GPUs open unless --no-device-fds; --report-pid N makes the driver list it as PID N (a driver seen

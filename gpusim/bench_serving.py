@@ -114,14 +114,21 @@ def run(args, base: str, lengths: list[tuple[int, int]]) -> tuple[list[Output], 
 
 
 def server_accept_length(base: str) -> float | None:
+    """internal_states[0].avg_spec_accept_length of ``/server_info`` (``/get_server_info`` where that is 404, an
+    SGLang before /server_info), as the real client reads it; None when not speculative or not answered."""
     url = urlsplit(base)
     headers = {"Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}"} if os.environ.get("OPENAI_API_KEY") else {}
     try:
-        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
-        conn.request("GET", "/get_server_info", headers=headers)
-        info = json.loads(conn.getresponse().read())
+        for path in ("/server_info", "/get_server_info"):
+            conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            body = resp.read()
+            if resp.status != 404:
+                break
+        info = json.loads(body)
         return info["internal_states"][0].get("avg_spec_accept_length")
-    except (OSError, ValueError, KeyError, IndexError):
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
 
 

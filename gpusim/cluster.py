@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import ledger
-from .tools import install_tools
+from .tools import STANDARD_PATH, host_data, install_tools
 
 SSH_PORT = 22
 NEEDS = ("ip", "unshare", "nsenter", "ssh-keygen")
@@ -257,18 +257,11 @@ class SimCluster:
 
     def inventory_hosts(self) -> list[list]:
         """(name, host data) for each host, as inventory/cluster_sim.py passes them to pyinfra."""
-        node = self.node_root
         data = {
             "ssh_user": "root", "ssh_port": SSH_PORT, "ssh_key": os.path.join(self.ssh_dir, "id_ed25519"),
             "ssh_known_hosts_file": os.path.join(self.ssh_dir, "known_hosts"),
             "ssh_strict_host_key_checking": "yes", "ssh_look_for_keys": False, "ssh_allow_agent": False,
-            "_env": {"PATH": f"{node}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                     "LD_LIBRARY_PATH": f"{node}/lib"},
-            "specops_python": sys.executable,
-            "specops_state_dir": f"{node}/servers",
-            "specops_gpu_devices": f"{node}/dev/nvidia*",  # the simulated GPUs' device files (see gpusim/host.py)
-            "specops_launchers": {"sglang": [f"{node}/bin/sglang-launch-server"]},
-            "specops_bench_runner": [f"{node}/bin/sglang-bench-serving"],
+            **host_data(self.node_root, path=STANDARD_PATH),  # the simulated GPUs, SGLang, device files (tools.py)
             "gpu_count": self.gpus,
         }
         return [[n.address, dict(data)] for n in self.nodes]

@@ -154,16 +154,24 @@ def _pin_fd(path: str, report: dict) -> int | None:
 
 
 def _fork_pin(report_fd: int) -> tuple[int, int | None]:
-    """Fork the pinning child: its own session, the device fds inherited, nothing to do but live."""
+    """Fork the pinning child: its own session, the device fds inherited, nothing to do but live. Returns once
+    the child is in its own session (it says so on a pipe), so whoever is told its PID sees it there."""
+    r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.close(report_fd)
+            os.close(r)
             os.setsid()
+            os.write(w, b"1")
+            os.close(w)
             while True:
                 signal.pause()
         finally:
             os._exit(0)
+    os.close(w)
+    os.read(r, 1)
+    os.close(r)
     return pid, ledger.proc_start_time(pid)
 
 

@@ -1,10 +1,27 @@
-"""SGLang-API stand-in: runs in place of ``python -m sglang.launch_server`` on a simulated host.
+"""SGLang-API stand-in: what ``python -m sglang.launch_server`` runs on a simulated host (gpusim/engine/sglang, on
+the PYTHONPATH of ``DIR/bin/python``; ``DIR/bin/sglang-launch-server`` runs it too).
 
-It parses exactly SGLang 0.5.23's flags (from the same argparse table specops validates against), books its
-GPU memory in the ledger after a load phase (dying with a CUDA-OOM error if the memory is not free, the seed's
-failure), serves /health (503 until ready), /health_generate, /get_server_info (server_args and
-internal_states[0].avg_spec_accept_length), /get_model_info, /generate, /v1/completions and /metrics, drains
-and exits on SIGTERM; its memory is freed after the driver's release delay.
+It parses exactly SGLang 0.5.23's command line (gpusim/srt_args.py: the flag table specops validates against,
+``--config FILE.yaml`` merged as SGLang merges it) and resolves it as SGLang does (gpusim/srt_resolve.py: NEXTN
+served as EAGLE, NGRAM's and topk-1's rewrites, the steps/topk/draft tokens SGLang chooses, and SGLang's own
+errors, raised at start as the real server raises them), books its GPU memory in the ledger after a load phase
+(dying with a CUDA-OOM error if the memory is not free, the seed's failure), serves /health (503 until ready),
+/health_generate, /server_info, /model_info (and their deprecated /get_* aliases, which log SGLang's deprecation
+warning on every call), /generate, /v1/completions and /metrics, drains and exits on SIGTERM; its memory is freed
+after the driver's release delay.
+
+``/server_info`` is SGLang 0.5.23's (utils/common.py build_server_info, entrypoints/http_server.py): every resolved
+server argument at the top level, ``launch_command`` (the command line as given, ``--api-key VALUE`` in clear),
+``api_key`` in clear, the scheduler's info, ``internal_states`` (one per DP rank, ``avg_spec_accept_length`` only
+when speculative) and ``version``. With host.json ``sglang_version`` older than :data:`SERVER_INFO_SINCE`,
+``/server_info`` and ``/model_info`` answer 404 and ``/get_server_info`` has the old body (the arguments, the
+scheduler's info, ``internal_states`` and ``version``; no ``launch_command``), without a warning.
+
+GPUs: the server uses the physical GPUs that CUDA would give it: visible ordinal i is ``CUDA_VISIBLE_DEVICES``'s
+i-th entry (all of the host's GPUs when unset), and SGLang's ranks take ordinals ``base-gpu-id + ...`` with
+``gpu-id-step`` between TP ranks and ``tp * pp * gpu-id-step`` between DP replicas (entrypoints/engine.py,
+managers/data_parallel_controller.py); an ordinal past the visible GPUs dies as CUDA does ("CUDA error: invalid
+device ordinal").
 
 Multi-node (``--nnodes N --node-rank R --dist-init-addr HOST:PORT``): rank 0 listens at dist-init-addr and is
 ready only when all N-1 other ranks have joined; ranks > 0 serve no HTTP (as in SGLang), load, join rank 0
@@ -20,51 +37,53 @@ with it, and a speculative step emits ``accept_length`` tokens per request on av
 concurrency (memory-bound steps) and stops paying once verification of the draft tokens dominates the step.
 
 Host settings (DIR/host.json): ``server_start_s`` (default 1.0), ``accept_length`` (override the model below),
-``decode_step_ms`` (12.0), ``token_slot_ms`` (0.2), ``draft_step_ms`` (1.6), ``prefill_ms_per_1k`` (8.0).
-``accept_length`` is re-read on every /get_server_info, as a real server's running average moves with the workload.
+``decode_step_ms`` (12.0), ``token_slot_ms`` (0.2), ``draft_step_ms`` (1.6), ``prefill_ms_per_1k`` (8.0),
+``sglang_version`` (``"0.5.23"``), ``sglang_removed_flags`` (options the engine does not know, e.g.
+``["--speculative-adaptive"]``, as an older release). ``accept_length`` is re-read on every /server_info, as a
+real server's running average moves with the workload.
 
 Like a CUDA process, the server keeps DIR/dev/nvidiactl, nvidia-uvm and nvidia<i> of its GPUs open from the moment
 it books its memory until it exits.
 """
 from __future__ import annotations
 
-import argparse
 import json
+import logging
 import math
 import os
+import re
 import signal
 import socket
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 from . import ledger
+from .srt_args import ServerArgs, prepare_server_args
+from .srt_resolve import architecture
 from .watch import watch
 
-_TYPES = {"int": int, "float": float, "loads": json.loads}
+logger = logging.getLogger("sglang.srt.entrypoints.http_server")
+
+DEFAULT_VERSION = "0.5.23"
+# The first release with /server_info (and /model_info), /get_* kept as deprecated aliases. Not pinned down from
+# SGLang's history (only 0.5.23's source is at hand, where both exist): releases before 0.5 are taken to have
+# only /get_server_info.
+SERVER_INFO_SINCE = "0.5.0"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from operations import sglang_args  # the table is SGLang's, shipped with specops
+def version_tuple(version: str) -> tuple:
+    return tuple(int(x) for x in re.findall(r"\d+", str(version).split("+")[0])[:3])
 
-    p = argparse.ArgumentParser(prog="sglang.launch_server")
-    for flag in sglang_args.flags().values():
-        kw: dict = {"dest": flag.dest, "default": flag.default}
-        if flag.action == "BooleanOptionalAction":
-            kw["action"] = argparse.BooleanOptionalAction
-            p.add_argument(*[o for o in flag.options if not o.startswith("--no-")], **kw)
-            continue
-        if flag.is_switch:
-            kw["action"] = "store_true"
-        else:
-            kw["type"] = _TYPES.get(flag.type or "str", str)
-            if flag.nargs in ("+", "*", "?"):
-                kw["nargs"] = flag.nargs
-            if flag.choices:
-                kw["choices"] = list(flag.choices)
-        p.add_argument(*flag.options, **kw)
-    return p
+
+def resolved_args(argv: list[str]) -> dict:
+    """What the stand-in reports at the top level of /server_info for this command line: SGLang's parse (with
+    ``--config``) and resolution; the same exceptions (SystemExit 2 from argparse, TypeError / AssertionError /
+    ValueError from resolution) where SGLang raises them."""
+    server_args = prepare_server_args(argv)
+    return {**server_args.resolved_dict(), "launch_command": server_args.launch_command}
 
 
 def accept_length(args, host: dict) -> float | None:
@@ -158,10 +177,44 @@ class Engine:
                 yield sent
 
 
+def gpu_ordinals(args) -> list[int]:
+    """The CUDA ordinals (indices into the visible GPUs) this node's ranks use, as SGLang places them:
+    entrypoints/engine.py _calculate_rank_ranges and the scheduler launch (base_gpu_id + pp offset + tp rank *
+    gpu_id_step), managers/data_parallel_controller.py for DP replicas (each next replica tp * pp * gpu_id_step
+    further on). Attention DP runs inside the TP group and adds no GPUs."""
+    nnodes, node_rank = max(1, args.nnodes), args.node_rank
+    tp, pp, step, base = args.tp_size, args.pp_size, args.gpu_id_step, args.base_gpu_id
+    pp_per_node = max(pp // nnodes, 1)
+    nnodes_per_pp_rank = max(nnodes // pp, 1)
+    pp_ranks = range(pp_per_node * (node_rank // nnodes_per_pp_rank),
+                     pp_per_node * (node_rank // nnodes_per_pp_rank + 1))
+    tp_per_node = tp // nnodes_per_pp_rank
+    tp_ranks = range(tp_per_node * (node_rank % nnodes_per_pp_rank), tp_per_node * (node_rank % nnodes_per_pp_rank + 1))
+    group = [(p % pp_per_node) * tp_per_node + (t % tp_per_node) * step for p in pp_ranks for t in tp_ranks]
+    replicas = args.dp_size if (args.attn_dp_size or 1) == 1 else 1
+    return [base + r * tp * pp * step + g for r in range(replicas) for g in group]
+
+
+def visible_gpus(env: dict, host_gpus: list[int]) -> list[int]:
+    """Physical GPU ids by CUDA ordinal: CUDA_VISIBLE_DEVICES's entries in order (enumeration stops at the first
+    entry that is no GPU of this host, as CUDA's does), every GPU of the host when it is unset."""
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return sorted(host_gpus)
+    out: list[int] = []
+    for entry in value.split(","):
+        entry = entry.strip()
+        if not re.fullmatch(r"\d+", entry) or int(entry) not in host_gpus or int(entry) in out:
+            break
+        out.append(int(entry))
+    return out
+
+
 class Server:
-    def __init__(self, args, root: str):
-        self.args, self.root = args, root
+    def __init__(self, args, root: str, server_args: ServerArgs | None = None):
+        self.args, self.root, self.server_args = args, root, server_args
         self.host = ledger.load_host(root)
+        self.version = str(self.host.get("sglang_version") or DEFAULT_VERSION)
         self.ready = False
         self.draining = False
         self.inflight = 0
@@ -169,17 +222,29 @@ class Server:
         self.accept = accept_length(args, self.host)
         self.device_fds: list[int] = []
         self.generated = 0
+        self.started = time.time()
         self.joined: set[int] = set()
         self.all_joined = threading.Event()
         if args.nnodes <= 1:
             self.all_joined.set()
         self.engine = Engine(args, self.host, self.accept)
 
+    @property
+    def has_server_info(self) -> bool:
+        return version_tuple(self.version) >= version_tuple(SERVER_INFO_SINCE)
+
     def gpus(self) -> list[int]:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        per_node = self.args.tp_size * self.args.dp_size // max(1, self.args.nnodes)
-        ids = [int(x) for x in visible.split(",")] if visible else list(range(len(self.host["gpus"])))
-        return ids[self.args.base_gpu_id:self.args.base_gpu_id + per_node]
+        """The physical GPUs this node's ranks use; dies as CUDA does when one is not visible."""
+        visible = visible_gpus(os.environ, [g["index"] for g in self.host["gpus"]])
+        if not visible:
+            die("RuntimeError: CUDA error: no CUDA-capable device is detected")
+        ordinals = gpu_ordinals(self.args)
+        if any(o >= len(visible) for o in ordinals):
+            die("torch.AcceleratorError: CUDA error: invalid device ordinal\n"
+                "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+                "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+                "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+        return [visible[o] for o in ordinals]
 
     def load(self) -> None:
         t = float(self.host.get("server_start_s", 1.0))
@@ -187,8 +252,6 @@ class Server:
         time.sleep(t / 2)
         fraction = self.args.mem_fraction_static or 0.88
         gpus = self.gpus()
-        if len(gpus) < self.args.tp_size * self.args.dp_size // max(1, self.args.nnodes):
-            die(f"RuntimeError: not enough GPUs: need {self.args.tp_size * self.args.dp_size}, visible {gpus}")
         total = {g["index"]: g["total_mib"] for g in self.host["gpus"]}
         try:  # CUDA opens the device files when it creates the context, before the first allocation
             self.device_fds = ledger.open_devices(self.root, gpus)
@@ -199,10 +262,12 @@ class Server:
         except ledger.OutOfMemory as exc:
             die(f"torch.OutOfMemoryError: {exc}. Of the allocated memory 0 bytes is allocated by PyTorch. "
                 f"See documentation for Memory Management (PYTORCH_CUDA_ALLOC_CONF)")
-        log(f"Load weight end. type=LlamaForCausalLM, dtype={self.args.dtype}, mem usage per GPU="
+        arch = architecture(self.args.model_path, self.args.revision)
+        log(f"Load weight end. type={arch}, dtype={self.args.dtype}, mem usage per GPU="
             f"{int(total[gpus[0]] * fraction) / 1024:.2f} GB")
         if self.args.speculative_algorithm:
-            log(f"Speculative decoding: {self.args.speculative_algorithm} draft={self.args.speculative_draft_model_path} "
+            log(f"Speculative decoding: {self.args.speculative_algorithm} "
+                f"draft={self.args.speculative_draft_model_path} "
                 f"steps={self.args.speculative_num_steps} topk={self.args.speculative_eagle_topk} "
                 f"draft_tokens={self.args.speculative_num_draft_tokens}")
         time.sleep(t / 2)
@@ -258,14 +323,52 @@ class Server:
         if not self.draining:
             die("RuntimeError: NCCL communicator was aborted: lost connection to rank 0")
 
+    def scheduler_info(self) -> dict:
+        """What the scheduler hands the tokenizer at start (managers/scheduler.py get_init_info)."""
+        context = self.args.context_length or 131072
+        return {"status": "ready", "max_total_num_tokens": 400000, "max_req_input_len": context - 1,
+                "startup_time": self.started,
+                "hicache_object_layout": {"enabled": False, "backend": None, "page_size": self.args.page_size,
+                                          "hicache_object_layout": {"pools": []},
+                                          "reason": "Hierarchical cache is disabled"}}
+
+    def internal_states(self) -> list[dict]:
+        """One per DP rank (dp_size * attn_dp_size), as managers/scheduler_components/internal_state.py reads
+        them back: the resolved arguments, topology, memory, and avg_spec_accept_length when speculative."""
+        args = vars(self.args)
+        world = self.args.tp_size * self.args.pp_size * self.args.dp_size
+        mib = int(self.host["gpus"][0]["total_mib"] * (self.args.mem_fraction_static or 0.88))
+        states = []
+        for _ in range(max(1, self.args.dp_size * (self.args.attn_dp_size or 1))):
+            state = {**json.loads(json.dumps(args, default=str)), "world_size": world, "startup_time": self.started,
+                     "effective_max_running_requests_per_dp": self.args.max_running_requests or 256,
+                     "last_gen_throughput": 100.0,
+                     "memory_usage": {"weight": 14.99, "kvcache": round(mib / 1024 - 14.99 - 4, 3),
+                                      "startup_available": round(self.host["gpus"][0]["total_mib"] / 1024, 3),
+                                      "token_capacity": 400000, "token_capacity_swa": None, "graph": {"decode": 1.2}}}
+            if self.accept is not None:
+                state["avg_spec_accept_length"] = self.live_accept()
+            states.append(state)
+        return states
+
     def server_info(self) -> dict:
-        info = {k: v for k, v in vars(self.args).items()}
-        info.pop("api_key", None)
-        info.pop("admin_api_key", None)
-        states = {"last_gen_throughput": 100.0}
-        if self.accept is not None:
-            states["avg_spec_accept_length"] = self.live_accept()
-        return {**info, "server_args": info, "internal_states": [states], "version": "0.5.23"}
+        """/server_info (SGLang 0.5.23: build_server_info plus the HTTP fields); the old /get_server_info body
+        for an engine older than SERVER_INFO_SINCE."""
+        args = json.loads(json.dumps(vars(self.args), default=str))
+        if not self.has_server_info:
+            return {**args, **self.scheduler_info(), "internal_states": self.internal_states(), "version": self.version}
+        launch = self.server_args.launch_command if self.server_args is not None else None
+        return {**args, "launch_command": launch, **self.scheduler_info(), "kv_events": None,
+                "startup_time": self.started, "internal_states": self.internal_states(), "version": self.version,
+                "frontend": "python"}
+
+    def model_info(self) -> dict:
+        arch = architecture(self.args.model_path, self.args.revision)
+        return {"model_path": self.args.model_path, "tokenizer_path": self.args.tokenizer_path, "is_generation": True,
+                "preferred_sampling_params": self.args.preferred_sampling_params,
+                "weight_version": self.args.weight_version, "has_image_understanding": False,
+                "has_audio_understanding": False, "model_type": "llama" if arch == "LlamaForCausalLM" else None,
+                "architectures": [arch]}
 
     def live_accept(self) -> float:
         """The reported running average: host.json's ``accept_length`` as it is now (a test lowers it on a running
@@ -379,10 +482,16 @@ def handler_for(server: Server):
                     return self._send(503, "")
                 server.generate("health", 1)
                 return self._send(200, "")
+            if path in ("/server_info", "/model_info") and not server.has_server_info:
+                return self._send(404, {"detail": "Not Found"})
+            if path in ("/get_server_info", "/get_model_info") and server.has_server_info:
+                new = path.replace("/get_", "/")
+                logger.warning(f"Endpoint '{path}' is deprecated and will be removed in a future version. "
+                               f"Please use '{new}' instead.")
             if path in ("/get_server_info", "/server_info"):
                 return self._send(200, server.server_info())
-            if path == "/get_model_info":
-                return self._send(200, {"model_path": server.args.model_path, "is_generation": True})
+            if path in ("/get_model_info", "/model_info"):
+                return self._send(200, server.model_info())
             if path == "/metrics":
                 return self._send(200, f"sglang:generation_tokens_total {server.generated}\n"
                                        f"sglang:num_running_reqs {server.inflight}\n")
@@ -410,12 +519,24 @@ def handler_for(server: Server):
 
 
 def main(argv: list[str] | None = None) -> None:
+    """``python -m sglang.launch_server ARGV``: parse (argparse exits 2 on a bad command line), resolve (SGLang's
+    resolution errors end the process with their traceback, exit status 1), then serve."""
     global _ARGS
-    args = _ARGS = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    server_args = prepare_server_args(argv)
+    logging.basicConfig(level=getattr(logging, str(server_args.log_level).upper(), logging.INFO),
+                        format="[%(asctime)s] %(message)s", datefmt="%Y-%m-%d %H:%M:%S", force=True)
     root = os.environ["GPUSIM_ROOT"]
-    server = Server(args, root)
+    _ARGS = SimpleNamespace(**server_args.fields())
     watch(root, os.getpid())
-    timeline("launch", args)
+    timeline("launch", _ARGS)
+    try:
+        server_args.resolve_once()
+    except BaseException:
+        timeline("exit", _ARGS)
+        raise
+    args = _ARGS = SimpleNamespace(**server_args.resolved_dict())
+    server = Server(args, root, server_args)
     stop = threading.Event()
     httpd = None
     if args.node_rank == 0:

@@ -272,7 +272,9 @@ class SGLang:
         return out
 
     def engine_yaml(self, cfg: ServerConfig) -> str:
-        header = f"# SGLang --config file rendered by specops for config {cfg.name}; the next converge rewrites it.\n"
+        # the name is any string: JSON-quoted, a newline in it cannot end the comment and start YAML
+        header = f"# SGLang --config file rendered by specops for config {json.dumps(cfg.name)}; the next converge " \
+                 f"rewrites it.\n"
         return header + yaml.safe_dump(self.engine_file(cfg), sort_keys=False, default_flow_style=False,
                                        allow_unicode=True)
 

@@ -88,7 +88,7 @@ def _supervisor(name, supervisor, state_dir, python, on_host=None):
 
 
 def _file_diffs(sup, files, status) -> None:
-    current = {sup.path("launch.sh"): status.launch_sh}
+    current = {sup.path("launch.sh"): status.launch_sh, sup.path("engine.yaml"): status.engine_yaml}
     if sup.unit:
         current[files[-1].path] = status.unit_file
     for f in files:

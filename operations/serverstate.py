@@ -22,6 +22,7 @@ class ServerStatus:
     health: int | None = None  # /health status code on the server's port (None: nothing listens)
     server_info: dict | None = None  # /get_server_info, secrets stripped
     launch_sh: str | None = None
+    engine_yaml: str | None = None  # the --config file the engine was started from
     unit_file: str | None = None
     error: str | None = None
     problem: str | None = None  # the server directory is unsafe, or its state.json corrupt (then set aside)
@@ -43,7 +44,7 @@ def parse_status(doc: dict) -> ServerStatus:
     state = doc.get("state") or {}
     return ServerStatus(alive=bool(doc.get("alive")), pid=state.get("pid"), status=state.get("status", "absent"),
                         config_hash=state.get("config_hash"), recorded=state.get("recorded") or {},
-                        health=doc.get("health"), server_info=doc.get("server_info"), launch_sh=doc.get("launch_sh"),
+                        health=doc.get("health"), server_info=doc.get("server_info"), launch_sh=doc.get("launch_sh"), engine_yaml=doc.get("engine_yaml"),
                         unit_file=doc.get("unit_file"), problem=doc.get("problem"))
 
 

@@ -48,7 +48,8 @@ def test_eagle3_converges_then_rerun_is_noop_then_switch_to_baseline(server_sim,
                  f"stop server llm (pid {pid}) through its supervisor",
                  "secrets.env: secrets file (mode 600), content never shown"):
         assert line in dry.out, dry
-    assert re.search(r"- exec .* --speculative-algorithm EAGLE3", dry.out) and "Will modify" in dry.out, dry
+    assert re.search(r"- speculative-algorithm: EAGLE3", dry.out) and "engine.yaml" in dry.out, dry  # --diff
+    assert "Will modify" in dry.out, dry
     assert running(sim)["pid"] == pid  # --dry changed nothing
 
     switched = converge(sim, baseline)

@@ -1,0 +1,1 @@
+from sglang import __version__  # noqa: F401
