@@ -125,7 +125,40 @@ def resolve(fields: dict) -> dict:
         cfg.page_size = 1
     _handle_data_parallelism(cfg)
     handle_speculative_decoding(cfg)
+    _resolve_boundary_reduction(cfg)
     return _report(cfg)
+
+
+# boundary_reduction.py: a collective preference per architecture ("auto" resolved from the model's config.json)
+_RSV_ARCHITECTURES = {"BailingMoELinearForCausalLM", "BailingMoeV2_5ForCausalLM", "LongcatFlashForCausalLM",
+                      "LongcatFlashForCausalLMNextN", "Step3VLForConditionalGeneration"}
+_AR_ARCHITECTURES = {"KimiK3ForConditionalGeneration", "KimiK3LinearForCausalLM", "Qwen3ForCausalLM",
+                     "Qwen3ForSequenceClassification", "Qwen3Model", "Qwen3ForRewardModel", "MossVLForCausalLM",
+                     "MossVLForConditionalGeneration", "Qwen4ExpForConditionalGeneration", "Qwen4ExpForCausalLMMTP"}
+
+
+def _model_boundary_reduction(doc: dict) -> str:
+    archs = set(doc.get("architectures") or [DEFAULT_ARCH])
+    if archs & _RSV_ARCHITECTURES:
+        return "rsv"
+    if archs & _AR_ARCHITECTURES or doc.get("model_type") in ("qwen3", "qwen3_vl_text"):
+        return "ar"
+    for name in ("text_config", "llm_config", "language_config"):
+        if isinstance(doc.get(name), dict):
+            return _model_boundary_reduction(doc[name])
+    return "rs+rsv"
+
+
+def _resolve_boundary_reduction(cfg: _Cfg) -> None:
+    requested = cfg.boundary_reduction
+    if requested != "auto":
+        cfg.boundary_reduction = cfg.speculative_boundary_reduction = requested
+        return
+    target = draft = _model_boundary_reduction(model_config(cfg.model_path, cfg.revision) or {})
+    path = cfg.speculative_draft_model_path
+    if cfg.speculative_algorithm is not None and path is not None and path != cfg.model_path:
+        draft = _model_boundary_reduction(model_config(path, cfg.speculative_draft_model_revision) or {})
+    cfg.boundary_reduction, cfg.speculative_boundary_reduction = target, draft
 
 
 def _report(cfg: _Cfg) -> dict:

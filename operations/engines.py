@@ -172,8 +172,25 @@ class SGLang:
                                 f"crashes after loading the weights twice"))
         if algo in TREE:
             issues += self._tree_issues(cfg, algo)
+        issues += self._algorithm_needs(cfg, algo)
         if a.get("speculative_adaptive"):
             issues += self._adaptive_issues(cfg)
+        return issues
+
+    @staticmethod
+    def _algorithm_needs(cfg: ServerConfig, algo: str) -> list[Issue]:
+        """What SGLang's resolver refuses for one algorithm (speculative_hook.py), said before any host is touched."""
+        a, issues = cfg.args, []
+        if algo in ("NGRAM", "STANDALONE") and a.get("enable_dp_attention"):
+            issues.append(Issue("enable-dp-attention", f"{algo} speculative decoding does not support attention DP "
+                                                       f"(SGLang refuses to start)"))
+        if algo == "DFLASH" and not a.get("speculative_draft_model_path"):
+            issues.append(Issue("speculative-draft-model-path", "required for DFLASH (SGLang refuses to start)"))
+        if algo == "UNO":
+            if not a.get("uno_lora_path"):
+                issues.append(Issue("uno-lora-path", "required for UNO (SGLang refuses to start)"))
+            if a.get("tp_size", 1) != 1 or a.get("pp_size", 1) != 1:
+                issues.append(Issue("tp-size", "UNO runs with tp-size 1 and pp-size 1 only (SGLang refuses to start)"))
         return issues
 
     @staticmethod
@@ -205,6 +222,12 @@ class SGLang:
         if draft is None and _is_int(topk) and topk > 1:
             issues.append(Issue("speculative-num-draft-tokens", f"required for {algo} when speculative-eagle-topk "
                                                                 f"is > 1 (SGLang has no default for a tree)"))
+        elif all(map(_is_int, (steps, topk, draft))) and topk > 1 and steps >= 1 and not issues:
+            room = 1 + topk + (steps - 1) * topk * topk
+            if draft > room:  # eagle_utils.organize_draft_results: torch.topk(candidates, draft - 1) at decode
+                issues.append(Issue("speculative-num-draft-tokens",
+                                    f"{draft} exceeds the {room} tokens a tree of {steps} steps x topk {topk} can "
+                                    f"propose (SGLang's draft step fails at the first decode)"))
         return issues
 
     def _topology_issues(self, cfg: ServerConfig, ctx: HostContext) -> list[Issue]:

@@ -11,4 +11,11 @@ if [ "$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || ! command -v sudo >/dev/nu
         echo "test.sh: could not install openssh-server/sudo: the multi-host tests will be skipped" >&2
 fi
 . scripts/venv.sh
+# a real SGLang 0.5.23 in .venv-sglang for tests/test_real_sglang.py (skipped when already built, or when
+# SPECOPS_SGLANG_PYTHON names one). If it cannot be built the suite still runs: the reason is left in
+# .venv-sglang.failed and those tests fail with it.
+if [ -z "${SPECOPS_SGLANG_PYTHON:-}" ]; then
+    sh scripts/sglang_venv.sh ||
+        echo "test.sh: .venv-sglang could not be built (see .venv-sglang.failed): tests/test_real_sglang.py will fail" >&2
+fi
 exec "$PY" -m pytest "$@"
