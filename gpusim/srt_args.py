@@ -13,13 +13,11 @@ Host settings (``$GPUSIM_ROOT/host.json``): ``sglang_removed_flags``, a list of 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import re
 from decimal import Decimal
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 TABLE = "sglang-0.5.23-server-args.tsv"
@@ -138,32 +136,12 @@ _TYPES = {"int": int, "float": float, "str": str, "loads": json.loads, "human_re
 
 # --- the table ----------------------------------------------------------------------------------------------
 
-def _literal(text: str):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-@lru_cache(maxsize=1)
 def rows() -> tuple[dict, ...]:
-    """Every flag of the table in parser order (-h excluded): options, dest, default, choices, type, nargs, action.
-    Read here rather than through operations.sglang_args.flags(), which keys by dest and so keeps one of two
-    flags that share a dest (--enable-amd-monokernel and the deprecated --monokernel-backend)."""
-    text = resources.files("operations").joinpath("data", TABLE).read_text()
-    out = []
-    for line in text.splitlines():
-        cells = line.split("\t")
-        if len(cells) != 7:
-            continue
-        options = tuple(o.strip() for o in cells[0].split("|"))
-        dest, default, choices, typ, nargs, action = (c.split("= ", 1)[1].strip() for c in cells[1:])
-        if action == "_HelpAction":
-            continue
-        out.append({"options": options, "dest": dest, "default": _literal(default), "choices": _literal(choices),
-                    "type": None if typ == "None" else typ, "nargs": None if nargs == "None" else nargs,
-                    "action": action})
-    return tuple(out)
+    """Every flag of the table in parser order (-h excluded), as operations.sglang_args reads it: the flag table
+    is SGLang's own, shipped with specops; rows (not its dest-keyed flags()) keep both flags sharing a dest."""
+    from operations import sglang_args
+
+    return sglang_args.rows()
 
 
 @lru_cache(maxsize=1)

@@ -20,7 +20,6 @@ read the API key from secrets.env themselves.
 """
 import json
 import os
-import re
 import shlex
 import signal
 import subprocess

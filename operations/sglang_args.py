@@ -47,11 +47,11 @@ def _literal(text: str):
 
 
 @lru_cache(maxsize=1)
-def flags() -> dict[str, Flag]:
-    """dest -> Flag."""
-    table: dict[str, Flag] = {}
-    text = resources.files(__package__).joinpath("data", TABLE).read_text()
-    for line in text.splitlines():
+def rows() -> tuple[dict, ...]:
+    """Every flag of the table in the parser's order (-h left out): options, dest, default, choices, type, nargs,
+    action. Two flags may share a dest (``--enable-amd-monokernel`` and the deprecated ``--monokernel-backend``)."""
+    out = []
+    for line in resources.files(__package__).joinpath("data", TABLE).read_text().splitlines():
         cells = line.split("\t")
         if len(cells) != 7:
             continue
@@ -59,10 +59,17 @@ def flags() -> dict[str, Flag]:
         dest, default, choices, typ, nargs, action = (_value(c) for c in cells[1:])
         if action == "_HelpAction":
             continue
-        choices_v = _literal(choices)
-        table[dest] = Flag(options, dest, _literal(default), tuple(choices_v) if choices_v else None,
-                           None if typ == "None" else typ, None if nargs == "None" else nargs, action)
-    return table
+        out.append({"options": options, "dest": dest, "default": _literal(default), "choices": _literal(choices),
+                    "type": None if typ == "None" else typ, "nargs": None if nargs == "None" else nargs,
+                    "action": action})
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def flags() -> dict[str, Flag]:
+    """dest -> Flag (the last of the flags sharing a dest)."""
+    return {r["dest"]: Flag(r["options"], r["dest"], r["default"], tuple(r["choices"]) if r["choices"] else None,
+                            r["type"], r["nargs"], r["action"]) for r in rows()}
 
 
 @lru_cache(maxsize=1)

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import REPO, changed, free_port, needs_root, run_pyinfra, shipped
+from conftest import changed, free_port, needs_root, run_pyinfra, shipped
 from gpusim.host import SimHost
 from gpusim.ledger import proc_start_time
 
