@@ -174,3 +174,18 @@ def test_a_server_that_lands_on_other_gpus_fails_readiness_and_is_stopped(host8,
     assert "runs on GPU 0, config declares GPU 3" in run.out and "GPU processes now:" in run.out, run
     state = server_state(host8)
     assert state["status"] != "running" and proc_start_time(state["pid"]) is None
+
+
+def test_another_sglang_version_on_the_host_is_said_and_shown_as_drift(host8, tmp_path):
+    base = write_config(tmp_path, "base")
+    assert converge(host8, base).rc == 0
+    assert server_state(host8)["recorded"]["engine"]["version"] == "0.5.23"
+    host8.configure(sglang_version="0.5.24")  # the venv was upgraded under the running server
+    eagle = write_config(tmp_path, "eagle", base="eagle3-llama3.1-8b", port=yaml.safe_load(base.read_text())["port"])
+    dry = converge(host8, eagle, "--dry")
+    assert dry.rc == 0, dry
+    assert "~ engine_version: 0.5.23 -> 0.5.24 (restart)" in dry.out, dry
+    assert "note: the host runs SGLang 0.5.24; specops' flag table is 0.5.23" in dry.out, dry
+    run = converge(host8, eagle)
+    assert run.rc == 0 and "config confirmed" in run.out, run
+    assert server_state(host8)["recorded"]["engine"]["version"] == "0.5.24"
