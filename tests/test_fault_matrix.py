@@ -556,7 +556,7 @@ def test_8_secrets_echoed_by_a_failing_server_are_masked_in_the_log_tail(server_
             "specops": {"launcher": [str(echo)], "ready_timeout_s": 10, "env": {"HF_TOKEN": HF_TOKEN}}}
     run = converge(sim, write_config(tmp_path, "echo", data), "-vv")
     assert run.rc != 0 and "server exited during start" in run.out, run
-    assert "server_args=ServerArgs(--model-path m" in run.out and "--api-key <secret>)" in run.out, run
+    assert "server_args=ServerArgs(--config " in run.out and "--api-key <secret>)" in run.out, run
     assert "HF_TOKEN=<secret>" in run.out, run
     assert API_KEY not in run.out and HF_TOKEN not in run.out, run
     directory = sim.root / "servers" / "llm"
