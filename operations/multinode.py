@@ -30,7 +30,7 @@ from .config import Issue, ServerConfig
 from .enginecheck import EngineCheck, check_engine
 from .errors import ConfigError
 from .gpustate import read_gpus
-from .readiness import live_problems
+from .readiness import live_problems, placement_problem
 from .remote import host_python
 from .serverstate import ServerStatus, ServerStatusFact, drift
 from .supervisors import Supervisor
@@ -234,6 +234,12 @@ def _await_worker(state, host, plan: GroupPlan, me: Member) -> bool:
                            f"so no half group holds GPUs")
         return False
     doc = _live(me)
+    misplaced = placement_problem(me.cfg, read_gpus(host, me.python), doc.get("pid")) if doc.get("alive") else None
+    if misplaced:  # on GPUs another job may need: stopped, as any failed start is
+        host.run_shell_command(me.sup.stop(me.cfg.stop_grace_s)[0])
+        report.error(host, f"multinode.running: {me.label} runs on other GPUs than its config declares: "
+                           f"{misplaced}; stopped")
+        return False
     if doc.get("alive"):
         report.log(host, f"multinode.running: {me.label} alive (pid {doc.get('pid')}), group {plan.group} "
                          f"ready", fg="green")

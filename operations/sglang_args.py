@@ -67,9 +67,14 @@ def rows() -> tuple[dict, ...]:
 
 @lru_cache(maxsize=1)
 def flags() -> dict[str, Flag]:
-    """dest -> Flag (the last of the flags sharing a dest)."""
-    return {r["dest"]: Flag(r["options"], r["dest"], r["default"], tuple(r["choices"]) if r["choices"] else None,
-                            r["type"], r["nargs"], r["action"]) for r in rows()}
+    """dest -> Flag. Where flags share a dest the first, the flag itself, is kept: a deprecated alias declared
+    later (``--monokernel-backend`` for ``--enable-amd-monokernel``) would otherwise validate and render it."""
+    table: dict[str, Flag] = {}
+    for r in rows():
+        table.setdefault(r["dest"], Flag(r["options"], r["dest"], r["default"],
+                                         tuple(r["choices"]) if r["choices"] else None, r["type"], r["nargs"],
+                                         r["action"]))
+    return table
 
 
 @lru_cache(maxsize=1)

@@ -204,3 +204,12 @@ def test_engine_check_program_reads_a_parser_and_its_config_loader(tmp_path):
     assert check(["--config", "/x.yaml"], "bad: 1\n")["error"] == "its --config loader: Unsupported config option bad"
     missing = check([], "", path=str(tmp_path / "none"))
     assert not missing["ok"] and missing["error"].startswith("ModuleNotFoundError")
+
+
+def test_a_flag_sharing_its_dest_with_a_deprecated_alias_is_itself():
+    # --monokernel-backend (deprecated, choices ['amd']) shares the dest of the switch --enable-amd-monokernel
+    cfg = from_mapping({"model-path": "m", "enable-amd-monokernel": True}, "t")
+    from operations.engines import validate
+
+    assert validate(cfg) == []
+    assert yaml.safe_load(SGLANG.engine_yaml(cfg))["enable-amd-monokernel"] is True
