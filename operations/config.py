@@ -39,8 +39,10 @@ import yaml
 
 from .errors import ConfigError
 
-SECRET_ARGS = frozenset({"api_key", "admin_api_key"})
-SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.I)
+# SGLang's own secret flags (the host masks fields named like these in what the server reports: remote_common)
+SECRET_ARGS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password", "watermark_config"})
+# HF_TOKEN, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD; not TOKENIZERS_PARALLELISM
+SECRET_ENV = re.compile(r"(^|_)(TOKEN|KEY|SECRET|PASSWORD|PASSWD)(_|$)", re.I)
 ENGINES = ("sglang", "vllm")
 DEFAULT_LAUNCHER = {"sglang": ("python3", "-m", "sglang.launch_server"), "vllm": ("vllm", "serve")}
 # specops keys whose change needs no restart: they only steer verification
@@ -128,7 +130,9 @@ class ServerConfig:
     def gpu_count(self) -> int:
         if self.engine == "vllm":
             return int(self.args.get("tensor_parallel_size", 1)) * int(self.args.get("data_parallel_size", 1))
-        return int(self.args.get("tp_size", 1)) * int(self.args.get("dp_size", 1)) // int(self.args.get("nnodes", 1))
+        # with attention DP the dp ranks share the tp GPUs (SGLang reports dp_size 1, attn_dp_size = dp)
+        dp = 1 if self.args.get("enable_dp_attention") else int(self.args.get("dp_size") or 1)
+        return int(self.args.get("tp_size") or 1) * dp // int(self.args.get("nnodes") or 1)
 
     def gpu_indices(self) -> list[int]:
         """The host's GPUs this server runs on (CUDA_VISIBLE_DEVICES at launch): ``specops.gpus``, else SGLang's
@@ -253,7 +257,8 @@ def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) 
     gpus = meta.get("gpus")
     cfg = ServerConfig(
         name=str(meta.get("name", name)), engine=engine, args=args, env=env,
-        secret_fields=frozenset(meta.get("secret_fields") or ()) | from_env, launcher=tuple(launcher),
+        secret_fields=frozenset(engine_for(engine).dest(str(f)) if str(f) not in env else str(f)
+                                for f in meta.get("secret_fields") or ()) | from_env, launcher=tuple(launcher),
         min_accept_length=meta.get("min_accept_length"), ready_timeout_s=float(meta.get("ready_timeout_s", 900)),
         prompt=str(meta.get("prompt", ServerConfig.prompt)), stop_grace_s=float(meta.get("stop_grace_s", 30)),
         gpus=tuple(int(g) for g in gpus) if gpus is not None else None, source=source)
@@ -387,8 +392,10 @@ SETTINGS_SUFFIX = ".specops.yaml"
 
 
 def settings_path(path: Path) -> Path:
-    """Where specops' own settings for the engine file ``path`` live: ``NAME.specops.yaml`` beside it."""
-    return path.with_name(path.name[: -len(path.suffix)] + SETTINGS_SUFFIX)
+    """Where specops' own settings for the engine file ``path`` live: ``NAME.specops.yaml`` beside it (for
+    ``NAME.yaml``, ``NAME.yml`` or a file without a YAML suffix)."""
+    stem = path.stem if path.suffix in (".yaml", ".yml") else path.name
+    return path.with_name(stem + SETTINGS_SUFFIX)
 
 
 def known_configs(search: Path | None = None) -> list[str]:
@@ -424,8 +431,13 @@ def load(name_or_path: str, search: Path | None = None, environ=None) -> ServerC
         raise ConfigError([Issue("config", f"no config {name_or_path!r} ({path}); known: {', '.join(known) or 'none'}")])
     sidecar = settings_path(path)
     source = str(path)
-    if sidecar.exists():
-        settings = _read_yaml(sidecar)
+    if sidecar.with_suffix(".yml").exists():
+        raise _file_issue(sidecar.with_suffix(".yml"), f"specops settings are read from {sidecar.name}: rename it")
+    if os.path.lexists(sidecar):  # a dangling link is an error, not "no settings" (GPUs, secrets would be lost)
+        try:
+            settings = _read_yaml(sidecar)
+        except FileNotFoundError:
+            raise _file_issue(sidecar, "is a broken link: specops' settings for this config cannot be read") from None
         if isinstance(data, dict) and "specops" in data:
             raise ConfigError([Issue("specops", f"given both in {path} and in {sidecar}: keep one")])
         if isinstance(data, dict):

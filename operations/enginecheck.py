@@ -54,7 +54,7 @@ def check_input(cfg: ServerConfig, config_path: str) -> tuple[str, str]:
     """(the flags as JSON, the engine file) that the host's parser is given; secrets as a placeholder."""
     engine = engine_for(cfg.engine)
     argv = engine.launch_argv(cfg, config_path)[len(cfg.launcher):]
-    flags = ["<secret>" if isinstance(a, SecretRef) else str(a) for a in argv]
+    flags = [f"{a.prefix}<secret>" if isinstance(a, SecretRef) else str(a) for a in argv]
     return json.dumps(flags), engine.engine_yaml(cfg) or ""
 
 

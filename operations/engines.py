@@ -25,6 +25,7 @@ class SecretRef:
     """An argv element whose value is a secret: rendered as a reference to the 0600 environment file."""
 
     key: str
+    prefix: str = ""  # e.g. "--api-key=": rendered in front of the value, in the same argv element
 
     @property
     def variable(self) -> str:
@@ -238,10 +239,13 @@ class SGLang:
             issues.append(Issue("specops.gpus", "given together with base-gpu-id / gpu-id-step: list the GPUs in "
                                                 "one place (specops.gpus is what CUDA_VISIBLE_DEVICES is set to)"))
         keys = ("tp_size", "dp_size", "nnodes", "base_gpu_id", "gpu_id_step")
+        issues += [Issue(k.replace("_", "-"), "must be an integer, got null") for k in keys if k in a and a[k] is None]
         if issues or not all(_is_int(a.get(k, 1)) for k in keys):
             return issues
         nnodes = a.get("nnodes", 1)
         tp, dp = a.get("tp_size", 1), a.get("dp_size", 1)
+        if a.get("enable_dp_attention"):  # attention-DP ranks share the tp GPUs (config.gpu_count)
+            dp = 1
         if (tp * dp) % nnodes:
             issues.append(Issue("tp-size", f"tp-size x dp-size = {tp * dp} does not split over nnodes {nnodes}"))
         per_node = (tp * dp) // nnodes
@@ -273,7 +277,7 @@ class SGLang:
         table = sglang_args.flags()
         order = {dest: i for i, dest in enumerate(table)}
         return [(dest, cfg.args[dest], table[dest]) for dest in sorted(cfg.args, key=lambda d: order.get(d, len(order)))
-                if cfg.args[dest] is not None and dest not in self.PLACEMENT]
+                if cfg.args[dest] is not None and dest not in self.PLACEMENT and dest in table]
 
     @staticmethod
     def _in_file(flag: sglang_args.Flag, dest: str, cfg: ServerConfig) -> bool:
@@ -289,7 +293,7 @@ class SGLang:
         for dest, value, flag in self._launched(cfg):
             if not self._in_file(flag, dest, cfg) or (flag.is_switch and not value):
                 continue
-            if flag.type == "loads" and not isinstance(value, str):
+            if flag.type in ("loads", "json_list_type") and not isinstance(value, str):
                 value = json.dumps(value, sort_keys=True)  # the loader would split a list into several values
             out[flag.option.lstrip("-")] = value
         return out
@@ -314,10 +318,11 @@ class SGLang:
                 elif flag.negated:
                     out.append(flag.negated)
                 continue
+            if cfg.is_secret(dest):  # one element, --flag=VALUE: a key starting with '-' is not taken for a flag
+                out.append(SecretRef(dest, f"{flag.option}="))
+                continue
             out.append(flag.option)
-            if cfg.is_secret(dest):
-                out.append(SecretRef(dest))
-            elif isinstance(value, list) and flag.type != "loads":
+            if isinstance(value, list) and flag.type not in ("loads", "json_list_type"):
                 out += [str(v) for v in value]
             elif isinstance(value, (dict, list)):
                 out.append(json.dumps(value, sort_keys=True))
@@ -335,7 +340,11 @@ class SGLang:
         the model."""
         defaults = sglang_args.defaults()
         full = {**defaults, **{k: v for k, v in cfg.args.items() if v is not None}}
+        table = sglang_args.flags()
+        full = {k: sglang_args.as_parsed(table[k], v) if k in table else v for k, v in full.items()}
         full.update(base_gpu_id=0, gpu_id_step=1)  # CUDA_VISIBLE_DEVICES places the server (see PLACEMENT)
+        if full.get("enable_dp_attention"):  # SGLang turns dp into attention DP ranks over the same tp GPUs
+            full.update(dp_size=1, attn_dp_size=full.get("dp_size"))
         full.update(sglang_resolve.speculative(full))
         return {k: _norm(k, full.get(k)) for k in (self.compared(cfg) if keys is None else keys)}
 

@@ -235,10 +235,12 @@ def _await_worker(state, host, plan: GroupPlan, me: Member) -> bool:
         return False
     doc = _live(me)
     misplaced = placement_problem(me.cfg, read_gpus(host, me.python), doc.get("pid")) if doc.get("alive") else None
-    if misplaced:  # on GPUs another job may need: stopped, as any failed start is
+    if misplaced:  # on GPUs another job may need: stopped, and rank 0 with it (no half group holds GPUs)
         host.run_shell_command(me.sup.stop(me.cfg.stop_grace_s)[0])
+        lead = plan.leader
+        lead.host.run_shell_command(lead.sup.stop(lead.cfg.stop_grace_s)[0])
         report.error(host, f"multinode.running: {me.label} runs on other GPUs than its config declares: "
-                           f"{misplaced}; stopped")
+                           f"{misplaced}; it and {lead.label} stopped (the group restarts on the next run)")
         return False
     if doc.get("alive"):
         report.log(host, f"multinode.running: {me.label} alive (pid {doc.get('pid')}), group {plan.group} "

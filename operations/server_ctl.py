@@ -88,16 +88,17 @@ def alive(state):
 
 
 def secrets(d):
-    """NAME -> value of every entry in secrets.env (``NAME=value`` and ``export NAME=value``, shell-quoted)."""
+    """NAME -> value of every entry in secrets.env (``NAME=value`` and ``export NAME=value``, shell-quoted; a
+    quoted value may span lines, so the whole file is split as the shell reads it)."""
+    try:
+        words = shlex.split(read(os.path.join(d, "secrets.env"), "") or "", comments=True)
+    except ValueError:  # unbalanced quotes: fall back to one entry a line
+        words = [w for line in (read(os.path.join(d, "secrets.env"), "") or "").splitlines() for w in [line.strip()]]
     out = {}
-    for line in (read(os.path.join(d, "secrets.env"), "") or "").splitlines():
-        key, _, value = line.partition("=")
-        key = key.strip()
-        key = key[len("export "):].strip() if key.startswith("export ") else key
-        try:
-            out[key] = shlex.split(value)[0] if value.strip() else ""
-        except (ValueError, IndexError):
-            continue
+    for word in words:
+        key, eq, value = word.partition("=")
+        if eq and key and key != "export":
+            out[key] = value
     return out
 
 
@@ -143,10 +144,11 @@ def redactor(d):
     def walk(info, key=None):
         if isinstance(info, dict):
             return {k: ("<secret>" if secret_name(k) and v not in (None, "") else walk(v, k)) for k, v in info.items()}
-        if isinstance(info, list):
-            return [walk(v) for v in info]
-        if isinstance(info, str):
-            return text(" ".join(masked(info.split(" "))) if key == "launch_command" else info)
+        if isinstance(info, list):  # a command line given as a list: flags named like secrets hide their value
+            items = [walk(v) for v in info]
+            return masked(items) if all(isinstance(v, str) for v in items) else items
+        if isinstance(info, str):  # values first (a key with a space is one value), then flags by name
+            return " ".join(masked(text(info).split(" "))) if key == "launch_command" else text(info)
         return info
 
     return walk

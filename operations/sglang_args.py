@@ -95,3 +95,48 @@ def lookup(key: str) -> Flag | None:
 
 def defaults() -> dict[str, object]:
     return {dest: flag.default for dest, flag in flags().items()}
+
+
+_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def human_readable_int(text: str):
+    """SGLang's ``human_readable_int``: ``16k`` -> 16000, ``4Ki`` -> 4096; the text itself when it is not one."""
+    import re
+    from decimal import Decimal, InvalidOperation
+
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", text.strip())
+    try:
+        if m:
+            number, suffix = m.groups()
+            return int(number) * _IEC[suffix] if suffix in _IEC else int(Decimal(number) * _SI[suffix])
+        return int(text)
+    except (ValueError, InvalidOperation):
+        return text
+
+
+def as_parsed(flag: Flag, value):
+    """``value`` as SGLang's parser turns it into the field it reports: the command line carries ``str(value)``,
+    then the flag's type converts it (``served-model-name: 8`` -> ``'8'``, ``16k`` -> 16000, a JSON string -> its
+    object, a single value of an ``nargs +`` flag -> a list)."""
+    import json
+
+    if value is None or flag.is_switch:
+        return value
+    if flag.nargs in ("+", "*"):
+        items = value if isinstance(value, list) else [value]
+        return [as_parsed(Flag(flag.options, flag.dest, None, flag.choices, flag.type, None, flag.action), v)
+                for v in items]
+    if flag.type in ("loads", "json_list_type") and isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    if flag.type in ("str", "nullable_str") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if flag.type == "human_readable_int" and isinstance(value, str):
+        return human_readable_int(value)
+    if flag.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value

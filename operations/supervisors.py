@@ -22,8 +22,9 @@ class ServerFile:
 
 
 def _argv_for_shell(arg) -> str:
-    if isinstance(arg, SecretRef):
-        return f'"${{{arg.variable}}}"'  # expanded from secrets.env at launch; never rendered into the script
+    if isinstance(arg, SecretRef):  # expanded from secrets.env at launch; never rendered into the script
+        return (shlex.quote(arg.prefix) if arg.prefix else "") + f'"${{{arg.variable}}}"'
+
     return shlex.quote(str(arg))
 
 
@@ -38,7 +39,9 @@ def launch_env(cfg: ServerConfig) -> dict:
     """The server's public environment: the config's own, and CUDA_VISIBLE_DEVICES = the GPUs it declares (so
     the server runs on exactly those, whatever else the host's GPU 0 holds)."""
     env = {k: v for k, v in sorted(cfg.env.items()) if not cfg.is_secret(k)}
-    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, cfg.gpu_indices())), **env}
+    # nvidia-smi and NVML number GPUs in PCI bus order; CUDA's default order is fastest first, which on a host of
+    # mixed GPUs would put the server on other GPUs than the ones idled and checked
+    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, cfg.gpu_indices())), **env}
 
 
 @dataclass(frozen=True)

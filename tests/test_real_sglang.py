@@ -120,9 +120,9 @@ NEW_RENDERING = hasattr(ENGINE, "engine_yaml") and hasattr(ENGINE, "launch_argv"
 
 
 def _secret(cfg: ServerConfig, item):
-    if isinstance(item, engines.SecretRef):
+    if isinstance(item, engines.SecretRef):  # rendered as --flag=VALUE, one argv element
         value = cfg.args.get(item.key)
-        return value if isinstance(value, str) and value else DUMMY_SECRET
+        return item.prefix + (value if isinstance(value, str) and value else DUMMY_SECRET)
     return str(item)
 
 
@@ -544,6 +544,10 @@ def engine_checks(sglang_python) -> dict:
     cases = {cid: _engine_check_input(cfg) for cid, cfg in SHIPPED}
     flags, text = cases[SHIPPED[0][0]]
     cases["unknown-flag"] = (json.dumps(json.loads(flags) + ["--speculative-bogus-flag", "3"]), text)
+    # an API key starting with "-" (1 in 64 token_urlsafe keys): specops renders --api-key=VALUE, which parses
+    dashed = ServerConfig(name="dashed", args={"model_path": "m", "api_key": "-Zq9xW2abc"})
+    cases["dash-key"] = (json.dumps([_secret(dashed, a) for a in ENGINE.launch_argv(dashed, None)[3:]]), "")
+    cases["dash-key-split"] = (json.dumps(["--model-path", "m", "--api-key", "-Zq9xW2abc"]), "")
     results = _run_engine_checks(sglang_python, list(cases.values()))
     return dict(zip(cases, results))
 
@@ -553,6 +557,12 @@ def test_engine_check_accepts_every_shipped_config_and_reports_the_version(engin
         doc = engine_checks[cid]
         assert doc["version"] == SGLANG_VERSION, (cid, doc)
         assert doc["ok"] is True and not doc.get("error"), (cid, doc)
+
+
+def test_an_api_key_starting_with_a_dash_parses_as_specops_renders_it(engine_checks):
+    assert engine_checks["dash-key"]["ok"] is True, engine_checks["dash-key"]
+    # the two-element form SGLang refuses, which is why specops does not render it
+    assert "expected one argument" in engine_checks["dash-key-split"]["error"], engine_checks["dash-key-split"]
 
 
 def test_engine_check_rejects_an_unknown_flag_with_sglangs_argparse_message(engine_checks):

@@ -58,7 +58,7 @@ def test_every_string_field_is_quoted(tmp_path, value):
     assert argv[:2] == ["--config", str(tmp_path / "engine.yaml")]
     values = flag_values(argv)
     assert values["--model-path"] == value and values["--served-model-name"] == value
-    assert argv[argv.index("--api-key") + 1] == value  # on the command line, through secrets.env
+    assert f"--api-key={value}" in argv  # on the command line, through secrets.env, as one element
     assert values["--chat-template"] == value
     assert not (tmp_path / "PWNED").exists() and not os.path.exists("PWNED")
 
@@ -73,7 +73,7 @@ def test_secret_stays_out_of_script_and_unit(tmp_path):
     assert files["secrets.env"].secret and files["secrets.env"].mode == "600"
     assert "SPECOPS_SECRET_API_KEY=s3cr3t-Zq9" in files["secrets.env"].content
     assert "export HF_TOKEN=hf_Zq9" in files["secrets.env"].content
-    assert '--api-key "${SPECOPS_SECRET_API_KEY}"' in files["launch.sh"].content
+    assert '--api-key="${SPECOPS_SECRET_API_KEY}"' in files["launch.sh"].content
 
 
 def test_systemd_unit_and_commands(tmp_path):

@@ -93,8 +93,7 @@ def test_engine_file_is_sglang_config_yaml_and_the_rest_goes_on_the_command_line
     assert "api-key" not in doc and "enable-tf32-matmul" not in doc and "base-gpu-id" not in doc
     argv = SGLANG.launch_argv(cfg, "/srv/llm/engine.yaml")
     assert argv[:5] == ["python3", "-m", "sglang.launch_server", "--config", "/srv/llm/engine.yaml"]
-    assert sorted(map(str, argv[5:])) == sorted(["--api-key", str(SecretRef("api_key")), "--no-enable-tf32-matmul"])
-    assert argv[argv.index("--api-key") + 1] == SecretRef("api_key")
+    assert argv[5:] == ["--no-enable-tf32-matmul", SecretRef("api_key", "--api-key=")]
     files = {f.path.rsplit("/", 1)[1]: f for f in Supervisor("llm", str(tmp_path)).files(cfg)}
     assert "export CUDA_VISIBLE_DEVICES=2" in files["launch.sh"].content
     assert "k-123456" not in files["engine.yaml"].content + files["launch.sh"].content
@@ -213,3 +212,79 @@ def test_a_flag_sharing_its_dest_with_a_deprecated_alias_is_itself():
 
     assert validate(cfg) == []
     assert yaml.safe_load(SGLANG.engine_yaml(cfg))["enable-amd-monokernel"] is True
+
+
+@pytest.mark.parametrize("data, info", [
+    ({"model-path": "m", "served-model-name": 8}, reported(served_model_name="8")),  # a str flag: parsed as text
+    ({"model-path": "m", "max-total-tokens": "16k"}, reported(max_total_tokens=16000)),  # human_readable_int
+    ({"model-path": "m", "preferred-sampling-params": '{"temperature": 0.5}'},
+     reported(preferred_sampling_params={"temperature": 0.5})),  # a JSON string: SGLang reports the object
+    ({"model-path": "m", "prompt-tokens-buckets": "default"}, reported(prompt_tokens_buckets=["default"])),
+    ({"model-path": "m", "tp-size": 2, "dp-size": 2, "enable-dp-attention": True},  # attention DP: dp -> attn dp
+     reported(tp_size=2, dp_size=1, attn_dp_size=2, enable_dp_attention=True)),
+])
+def test_desired_values_are_compared_as_sglangs_parser_makes_them(data, info):
+    cfg = from_mapping(data, "t")
+    assert mismatches(SGLANG.desired_view(cfg), SGLANG.reported_view(cfg, info)) == []
+
+
+def test_attention_dp_runs_on_the_tp_gpus():
+    cfg = from_mapping({"model-path": "m", "tp-size": 8, "dp-size": 8, "enable-dp-attention": True}, "t")
+    assert cfg.gpu_indices() == list(range(8))
+    from operations.engines import HostContext, validate
+
+    assert validate(cfg, HostContext("h", 8)) == []
+
+
+def test_secret_names_are_one_rule_and_not_sglangs_token_counters(tmp_path):
+    from operations.remote_common import secret_name
+
+    assert all(map(secret_name, ("api_key", "admin_api_key", "--api-key", "ssl_keyfile_password", "watermark_key",
+                                 "watermark_config")))
+    assert not any(map(secret_name, ("bucket_time_to_first_token", "kt_max_deferred_experts_per_token",
+                                     "max_total_tokens", "tokenizer_path", "speculative_num_draft_tokens")))
+    cfg = from_mapping({"model-path": "m", "ssl-keyfile-password": "hunter22", "bucket-time-to-first-token": [0.1],
+                        "specops": {"env": {"TOKENIZERS_PARALLELISM": "false", "HF_TOKEN": "hf_x123"}}}, "t")
+    assert cfg.is_secret("ssl_keyfile_password") and not cfg.is_secret("bucket_time_to_first_token")
+    assert cfg.is_secret("HF_TOKEN") and not cfg.is_secret("TOKENIZERS_PARALLELISM")
+    assert "hunter22" not in SGLANG.engine_yaml(cfg) and "ssl_keyfile_password" not in SGLANG.desired_view(cfg)
+
+
+def test_secret_fields_may_be_spelled_as_flags():
+    cfg = from_mapping({"model-path": "m", "chat-template": "t1", "specops": {"secret_fields": ["chat-template"]}}, "t")
+    assert cfg.is_secret("chat_template") and "t1" not in SGLANG.engine_yaml(cfg)
+
+
+def test_masking_values_with_spaces_lists_and_multiline_secrets(tmp_path):
+    (tmp_path / "secrets.env").write_text("SPECOPS_SECRET_API_KEY='abcd efgh'\n"
+                                          "export TLS_KEY='-----BEGIN KEY-----\nMIIEvQ\n-----END KEY-----'\n")
+    out = server_ctl.redactor(str(tmp_path))({
+        "launch_command": "python3 -m sglang.launch_server --api-key abcd efgh --port 1",
+        "argv": ["--api-key", "abc"], "note": "pem: -----BEGIN KEY-----\nMIIEvQ\n-----END KEY----- end"})
+    assert out["launch_command"] == "python3 -m sglang.launch_server --api-key <secret> --port 1"
+    assert out["argv"] == ["--api-key", "<secret>"] and out["note"] == "pem: <secret> end"
+
+
+def test_sidecar_paths_and_broken_links(tmp_path):
+    from operations.config import settings_path
+
+    assert settings_path(tmp_path / "x.yml").name == "x.specops.yaml"
+    assert settings_path(tmp_path / "x").name == "x.specops.yaml"
+    (tmp_path / "x.yaml").write_text("model-path: m\n")
+    (tmp_path / "x.specops.yaml").symlink_to(tmp_path / "gone.yaml")
+    with pytest.raises(ConfigError, match="is a broken link"):
+        load(str(tmp_path / "x.yaml"))
+    (tmp_path / "x.specops.yaml").unlink()
+    (tmp_path / "x.specops.yml").write_text("gpus: [1]\n")
+    with pytest.raises(ConfigError, match="are read from x.specops.yaml: rename it"):
+        load(str(tmp_path / "x.yaml"))
+
+
+def test_launch_env_orders_gpus_as_nvidia_smi_does_and_null_topology_is_an_issue(tmp_path):
+    from operations.engines import validate
+
+    cfg = from_mapping({"model-path": "m", "specops": {"gpus": [3]}}, "t")
+    script = next(f for f in Supervisor("llm", str(tmp_path)).files(cfg) if f.path.endswith("launch.sh")).content
+    assert "export CUDA_DEVICE_ORDER=PCI_BUS_ID" in script and "export CUDA_VISIBLE_DEVICES=3" in script
+    assert [str(i) for i in validate(from_mapping({"model-path": "m", "tp-size": None}, "t"))] == [
+        "[*] tp-size: must be an integer, got null"]
