@@ -522,7 +522,7 @@ def test_8_secrets_never_in_output_or_readable_files_and_the_server_gets_them(se
             converge(sim, path, "-vv"), idle(sim, "--dry", "--diff", "-vv")]
     assert runs[1].rc == 0 and "config confirmed" in runs[1].out, runs[1]
     assert_no_change(runs[2])
-    assert "--api-key <secret>" in runs[3].out, runs[3]  # the stop plan shows the server's command line, masked
+    assert "--api-key=<secret>" in runs[3].out, runs[3]  # the stop plan shows the server's command line, masked
     for run in runs:
         for secret in (API_KEY, HF_TOKEN, BLOB):
             assert secret not in run.out, (secret, run)
@@ -556,7 +556,7 @@ def test_8_secrets_echoed_by_a_failing_server_are_masked_in_the_log_tail(server_
             "specops": {"launcher": [str(echo)], "ready_timeout_s": 10, "env": {"HF_TOKEN": HF_TOKEN}}}
     run = converge(sim, write_config(tmp_path, "echo", data), "-vv")
     assert run.rc != 0 and "server exited during start" in run.out, run
-    assert "server_args=ServerArgs(--config " in run.out and "--api-key <secret>)" in run.out, run
+    assert "server_args=ServerArgs(--config " in run.out and "--api-key=<secret>)" in run.out, run
     assert "HF_TOKEN=<secret>" in run.out, run
     assert API_KEY not in run.out and HF_TOKEN not in run.out, run
     directory = sim.root / "servers" / "llm"

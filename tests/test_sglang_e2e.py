@@ -143,7 +143,7 @@ def test_no_secret_is_stored_when_server_info_echoes_the_key(host8, tmp_path):
     assert leaks == []
     snapshot = next(json.loads(p.read_text()) for p in stored if results in p.parents and p.suffix == ".json"
                     and "server_info" in p.read_text())
-    assert "--api-key <secret>" in snapshot["server_info"]["launch_command"]
+    assert "--api-key=<secret>" in snapshot["server_info"]["launch_command"]
 
 
 def test_the_hosts_own_sglang_refuses_a_flag_before_the_old_server_stops(host8, tmp_path):
