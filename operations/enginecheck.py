@@ -24,6 +24,14 @@ class EngineCheck:
     error: str | None = None
 
     @property
+    def skipped(self) -> str | None:
+        """Why nothing was asked (said in the plan, so a skipped check is never mistaken for a passed one)."""
+        if self.python is None:
+            return ("the host's SGLang was not asked to parse the command line: the launcher is not "
+                    "`PYTHON -m MODULE` (set host data specops_engine_python to name its interpreter)")
+        return None
+
+    @property
     def skew(self) -> str | None:
         """A note when the host runs another SGLang than the flag table specops validated against."""
         if self.ok and self.version and self.version != sglang_args.SGLANG_VERSION:

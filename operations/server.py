@@ -188,8 +188,9 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
         report.log(host, f"server.running {server_name}: {_why(cfg, status, healthy)}")
         for change in changes + _version_change(status, check):
             report.log(host, f"    {change}")
-        if check.skew:
-            report.log(host, f"    note: {check.skew}", fg="yellow")
+        for note in (check.skew, check.skipped if cfg.engine == "sglang" else None):
+            if note:
+                report.log(host, f"    note: {note}", fg="yellow")
         if state.config.DIFF:
             _file_diffs(sup, files, status)
         if idle and gpus_now.available and not state.is_executing:  # at execute gpu.idle prints its own plan

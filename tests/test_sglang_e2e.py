@@ -168,6 +168,8 @@ def test_a_server_that_lands_on_other_gpus_fails_readiness_and_is_stopped(host8,
                        f"-m sglang.launch_server \"$@\"\n")
     wrapper.chmod(0o755)
     cfg = write_config(tmp_path, "placed", **{"specops": {"gpus": [3], "launcher": [str(wrapper)]}})
+    dry = converge(host8, cfg, "--dry")
+    assert "note: the host's SGLang was not asked to parse the command line" in dry.out, dry  # not PY -m ...
     run = converge(host8, cfg)
     assert run.rc != 0, run
     assert "server runs on other GPUs than its config declares" in run.out, run
