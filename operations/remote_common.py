@@ -185,10 +185,11 @@ class StableWindow:
         return self.readings >= self.need and now - self.since >= self.window
 
 # a flag or field whose value is a secret: api_key, admin_api_key, --api-key, ssl_keyfile_password, watermark_key,
-# watermark_config, access_token... (whole words at the end only: SGLang's bucket_time_to_first_token,
-# max_total_tokens and tokenizer_path are not secrets). Environment values are masked by value instead.
-SECRET_NAME = re.compile(r"(^|[-_])(api[-_]?key|key|secret|password|passwd|access[-_]token|auth[-_]token|"
-                         r"watermark[-_]config)$", re.I)
+# watermark_config, hf_token, --token... (whole words at the end only; SGLang's counters
+# bucket_time_to_first_token and kt_max_deferred_experts_per_token, max_total_tokens and tokenizer_path are not
+# secrets). Environment values are masked by value as well.
+SECRET_NAME = re.compile(r"(^|[-_])(api[-_]?key|key|secret|password|passwd|watermark[-_]config)$"
+                         r"|(^|(?<!first)(?<!per)[-_])token$", re.I)
 
 
 def secret_name(name):

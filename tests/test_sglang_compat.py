@@ -240,7 +240,7 @@ def test_secret_names_are_one_rule_and_not_sglangs_token_counters(tmp_path):
     from operations.remote_common import secret_name
 
     assert all(map(secret_name, ("api_key", "admin_api_key", "--api-key", "ssl_keyfile_password", "watermark_key",
-                                 "watermark_config")))
+                                 "watermark_config", "hf_token", "--hf-token", "token", "access_token")))
     assert not any(map(secret_name, ("bucket_time_to_first_token", "kt_max_deferred_experts_per_token",
                                      "max_total_tokens", "tokenizer_path", "speculative_num_draft_tokens")))
     cfg = from_mapping({"model-path": "m", "ssl-keyfile-password": "hunter22", "bucket-time-to-first-token": [0.1],
