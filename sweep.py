@@ -1,5 +1,5 @@
 """The benchmark sweep: for each config and each concurrency, GPUs idle -> server running with the config ->
-ready -> /get_server_info snapshot -> benchmark -> result on the controller; then the report.
+ready -> /server_info snapshot -> benchmark -> result on the controller; then the report.
 
     pyinfra -y inventory/sim.py sweep.py                                            # defaults below
     pyinfra -y inventory/sim.py sweep.py --data configs=baseline-llama3.1-8b,eagle3-llama3.1-8b \\

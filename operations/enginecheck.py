@@ -41,6 +41,11 @@ class EngineCheck:
         return None
 
     @property
+    def notes(self) -> list[str]:
+        """What the plan says of the check besides a refusal: a version skew, or that nothing was asked."""
+        return [n for n in (self.skew, self.skipped) if n]
+
+    @property
     def problem(self) -> str | None:
         if self.ok:
             return None

@@ -181,9 +181,8 @@ def _stop_and_idle(config, server_name, supervisor, state_dir, idle, users, grac
                          f"ranks in order; " + "; ".join(m.why() for m in plan.members if not m.healthy))
         for change in drift(me.cfg, me.status):
             report.log(host, f"    {change}")
-        for note in ((me.check.skew, me.check.skipped) if me.check and me.cfg.engine == "sglang" else ()):
-            if note:
-                report.log(host, f"    note: {note}", fg="yellow")
+        for note in me.check.notes if me.check and me.cfg.engine == "sglang" else ():
+            report.log(host, f"    note: {note}", fg="yellow")
     yield from server.stop_and_idle(me.sup, me.cfg, me.status.alive, idle, users, grace_s, idle_deadline_s,
                                     me.python)
 

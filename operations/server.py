@@ -121,7 +121,7 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
 
     Already running with the same config and healthy: no change. Otherwise: stop our server, ``gpu.idle`` its
     GPUs, render launch files, start, and wait until /health_generate answers, a real generation succeeds,
-    /get_server_info reports the desired config and (speculative configs) the average accept length reaches
+    /server_info reports the desired config and (speculative configs) the average accept length reaches
     ``min_accept_length``. A failed start fails this host with the server log tail and the GPU process table.
     ``--dry`` lists each changed field (``~ speculative_num_draft_tokens: 16 -> 8 (restart)``), ``--diff`` the
     launch file / unit diffs, and the GPU stop plan.
@@ -188,9 +188,8 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
         report.log(host, f"server.running {server_name}: {_why(cfg, status, healthy)}")
         for change in changes + _version_change(status, check):
             report.log(host, f"    {change}")
-        for note in (check.skew, check.skipped if cfg.engine == "sglang" else None):
-            if note:
-                report.log(host, f"    note: {note}", fg="yellow")
+        for note in check.notes if cfg.engine == "sglang" else ():
+            report.log(host, f"    note: {note}", fg="yellow")
         if state.config.DIFF:
             _file_diffs(sup, files, status)
         if idle and gpus_now.available and not state.is_executing:  # at execute gpu.idle prints its own plan

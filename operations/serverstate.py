@@ -20,7 +20,7 @@ class ServerStatus:
     config_hash: str | None = None
     recorded: dict = field(default_factory=dict)  # masked args and verify settings it was started with
     health: int | None = None  # /health status code on the server's port (None: nothing listens)
-    server_info: dict | None = None  # /get_server_info, secrets stripped
+    server_info: dict | None = None  # /server_info (or /get_server_info), masked on the host
     launch_sh: str | None = None
     engine_yaml: str | None = None  # the --config file the engine was started from
     unit_file: str | None = None
@@ -44,13 +44,13 @@ def parse_status(doc: dict) -> ServerStatus:
     state = doc.get("state") or {}
     return ServerStatus(alive=bool(doc.get("alive")), pid=state.get("pid"), status=state.get("status", "absent"),
                         config_hash=state.get("config_hash"), recorded=state.get("recorded") or {},
-                        health=doc.get("health"), server_info=doc.get("server_info"), launch_sh=doc.get("launch_sh"), engine_yaml=doc.get("engine_yaml"),
-                        unit_file=doc.get("unit_file"), problem=doc.get("problem"))
+                        health=doc.get("health"), server_info=doc.get("server_info"), launch_sh=doc.get("launch_sh"),
+                        engine_yaml=doc.get("engine_yaml"), unit_file=doc.get("unit_file"), problem=doc.get("problem"))
 
 
 class ServerStatusFact(FactBase):
     """
-    The server specops manages in ``directory``: liveness, recorded config hash, /health and /get_server_info.
+    The server specops manages in ``directory``: liveness, recorded config hash, /health and /server_info.
 
     + directory: the server's state directory on the host
     + port: the port it serves on

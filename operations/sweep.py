@@ -3,7 +3,7 @@ and ``sweep.reported`` (the comparison table, CSV, plot and crossover), composed
 
 Results live on the controller, one JSON file per (target, config, concurrency):
 ``RESULTS/<host or group>/<config name>/c<N>.json``, written atomically, carrying the config snapshot (name,
-hash, masked args), the server's own ``/get_server_info`` taken just before the run, the workload and the
+hash, masked args), the server's own ``/server_info`` taken just before the run, the workload and the
 runner's JSONL line. A level whose file has the same config hash and workload is done: re-runs skip it.
 """
 from __future__ import annotations
@@ -118,7 +118,7 @@ def benchmarked(config, concurrency: int, results: str = "sweep-results", num_pr
 
     A result with the same config hash and workload already collected: no change. Otherwise the runner is
     started detached on the host (a dropped connection or a re-run attaches to it rather than starting a
-    second), after checking that the server runs this config and taking its ``/get_server_info``. The API
+    second), after checking that the server runs this config and taking its ``/server_info``. The API
     key reaches the runner as ``OPENAI_API_KEY`` from the server's 0600 secrets file, never on a command line.
     In a multi-node group only rank 0 runs it.
 
