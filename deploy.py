@@ -8,11 +8,13 @@
 Host data (or --data): ``config`` (name in configs/, a path, or ``none``), ``gpus`` (for config=none),
 ``grace_s``, ``deadline_s``, ``users`` (comma-separated patterns), ``force`` (start without gpu.idle first);
 hosts with ``specops_group`` serve one model together (``multinode.running``), the others each run their own
-(``server.running``). Every value is checked here (``operations.hostdata``), before any host is contacted.
+(``server.running``). Every value is checked here (``operations.model.hostdata``), before any host is contacted.
 """
 from pyinfra import host, inventory
 
-from operations import gpu, hostdata, multinode, server
+from operations import gpu, multinode, server
+
+from operations.model import hostdata
 
 config = host.data.get("config", "eagle3-llama3.1-8b")
 idle_only = config in (None, "", "none")

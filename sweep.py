@@ -16,7 +16,9 @@ the report lists what is missing and the run fails, and the next run fills it in
 """
 from pyinfra import host, inventory
 
-from operations import hostdata, multinode, server, sweep
+from operations import multinode, server, sweep
+
+from operations.model import hostdata
 
 configs, levels, num_prompts, input_len, output_len, timeout_s, grace_s, deadline_s, users, _ = hostdata.gather(
     lambda: hostdata.patterns(host, "configs", "baseline-llama3.1-8b,eagle3-llama3.1-8b"),

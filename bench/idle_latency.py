@@ -53,7 +53,7 @@ def dead_at(root: Path, timeout: float = 30) -> float:
 
 
 def probe_round_trip(sim: SimHost) -> float:
-    from operations.remote import python_script
+    from operations.controller.remote import python_script
 
     cmd = shlex.split(python_script(sys.executable, "probe_gpu.py").get_raw_value())
     t0 = time.monotonic()

@@ -1,5 +1,5 @@
 """SGLang 0.5.23's launch-server command line, re-implemented for simulated hosts: the parser (every flag of the
-table specops ships, operations/data/sglang-0.5.23-server-args.tsv, with the action classes SGLang registers them
+table specops ships, operations/model/engines/data/sglang-0.5.23-server-args.tsv, with the action classes SGLang registers them
 with), ``--config FILE.yaml`` merging (utils/server_args_config_parser.py), ``ServerArgs`` and
 ``prepare_server_args`` (srt/server_args.py).
 
@@ -137,9 +137,9 @@ _TYPES = {"int": int, "float": float, "str": str, "loads": json.loads, "human_re
 # --- the table ----------------------------------------------------------------------------------------------
 
 def rows() -> tuple[dict, ...]:
-    """Every flag of the table in parser order (-h excluded), as operations.sglang_args reads it: the flag table
+    """Every flag of the table in parser order (-h excluded), as operations.model.engines.sglang_args reads it: the flag table
     is SGLang's own, shipped with specops; rows (not its dest-keyed flags()) keep both flags sharing a dest."""
-    from operations import sglang_args
+    from operations.model.engines import sglang_args
 
     return sglang_args.rows()
 

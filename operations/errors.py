@@ -2,7 +2,7 @@
 
     SpecopsError
     ├── ConfigError    a server config or host data is invalid; ``issues`` lists every (host, field, message)
-    └── Interrupted    Ctrl-C was pressed: the step must not signal, start or wait further (operations.interrupt)
+    └── Interrupted    Ctrl-C was pressed: the step must not signal, start or wait further (operations.controller.interrupt)
 """
 from __future__ import annotations
 

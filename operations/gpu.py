@@ -8,15 +8,23 @@ from functools import partial
 from pyinfra import host, state
 from pyinfra.api import FunctionCommand, operation
 
-from . import hostdata, interrupt, lock, report, summary
-from .config import Issue
-from .errors import ConfigError
-from .gpustate import read_gpus
-from .idle_converge import Timing, Verdict, converge_idle, refusal
-from .idle_plan import (DEFAULT_PROTECTED, DEFAULT_PROTECTED_MAX_MIB, DEFAULT_THRESHOLD_MIB, Selection, is_protected,
+from operations.model import hostdata
+
+from operations.controller import interrupt
+
+from operations.controller import lease as lock
+
+from operations.controller import output as report
+
+from operations.controller import summary
+from operations.model.config import Issue
+from operations.errors import ConfigError
+from operations.facts.gpu import read_gpus
+from operations.controller.idle_converge import Timing, Verdict, converge_idle, refusal
+from operations.model.idle_plan import (DEFAULT_PROTECTED, DEFAULT_PROTECTED_MAX_MIB, DEFAULT_THRESHOLD_MIB, Selection, is_protected,
                         plan_idle)
-from .remote import host_python, python_script
-from .waiting import RealClock
+from operations.controller.remote import host_python, python_script
+from operations.controller.waiting import RealClock
 
 
 def timing_of(grace_s, deadline_s, stable_s=0.05, poll_s=0.02, progress_s=2.0) -> Timing:
@@ -105,7 +113,7 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
     if plan.targets:
         yield lock.acquired("gpu.idle", deadline_s + grace_s + 600, python)
         yield interrupt.guard("signalling GPU processes")
-        yield python_script(python, "signal_procs.py", "TERM", *(t.spec for t in plan.targets))
+        yield python_script(python, "signalling.py", "TERM", *(t.spec for t in plan.targets))
     yield FunctionCommand(_converge, (python, sel, plan, timing), {})
 
 
@@ -117,7 +125,7 @@ def _converge(state, host, python, sel, plan, timing) -> bool:
 
     def kill(signal: str, targets) -> None:
         interrupt.check(f"sending SIG{signal}")
-        ok, output = host.run_shell_command(python_script(python, "signal_procs.py", signal,
+        ok, output = host.run_shell_command(python_script(python, "signalling.py", signal,
                                                           *(t.spec for t in targets)))
         for line in output.stdout_lines + output.stderr_lines:
             report.log(host, f"gpu.idle: {line}")

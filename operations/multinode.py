@@ -1,6 +1,6 @@
 """``multinode.running``: one model served by a group of hosts (SGLang ``--nnodes``), converged all-or-nothing.
 
-The group and the ranks come from the inventory (``operations.topology``: host data ``specops_group``, optional
+The group and the ranks come from the inventory (``operations.model.topology``: host data ``specops_group``, optional
 ``specops_rank``). One decision is taken for the whole group from every rank's status: if all ranks run the
 desired config (their own rank's args) and rank 0 is healthy, nothing changes anywhere; otherwise the whole group
 is restarted in order, as five operations that each finish on every rank before the next begins:
@@ -25,15 +25,21 @@ from pyinfra import host, state
 from pyinfra.context import ctx_state
 from pyinfra.api import FunctionCommand, deploy, operation
 
-from . import report, server, summary, topology
-from .config import Issue, ServerConfig
-from .enginecheck import EngineCheck, check_engine
-from .errors import ConfigError
-from .gpustate import read_gpus
-from .readiness import live_problems, placement_problem
-from .remote import host_python
-from .serverstate import ServerStatus, ServerStatusFact, drift
-from .supervisors import Supervisor
+from operations.controller import output as report
+
+from operations import server
+
+from operations.controller import summary
+
+from operations.model import topology
+from operations.model.config import Issue, ServerConfig
+from operations.facts.engine import EngineCheck, check_engine
+from operations.errors import ConfigError
+from operations.facts.gpu import read_gpus
+from operations.controller.readiness import live_problems, placement_problem
+from operations.controller.remote import host_python
+from operations.facts.server import ServerStatus, ServerStatusFact, drift
+from operations.controller.supervisors import Supervisor
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ def verdict(state, exit_code: int) -> tuple[int, list[str]]:
     """(exit code, lines) from pyinfra's state after its dry run."""
     from pyinfra_cli.prints import build_plan_json
 
-    from .summary import watch
+    from operations.controller.summary import watch
 
     if state is None:
         return FAILING, ["! the deploy could not be prepared (the error is printed above)"]

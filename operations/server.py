@@ -12,20 +12,26 @@ from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringCommand, operation
 from pyinfra.operations.util.files import generate_color_diff
 
-from . import config as configs
-from . import gpu, hostdata, interrupt, lock, report, summary, topology
-from .config import ServerConfig
-from .engines import HostContext, validate
-from .errors import ConfigError
-from .gpustate import process_table, read_gpus
-from .idle_converge import refusal
-from .idle_plan import Selection, plan_idle
-from .enginecheck import check_engine
-from .readiness import Readiness, await_ready, live_problems, placement_problem, server_gpus
-from .remote import host_python
-from .serverstate import FieldChange, ServerStatusFact, drift, recorded_view
-from .supervisors import supervisor_for
-from .waiting import RealClock
+from operations.model import config as configs
+from operations import gpu
+from operations.model import hostdata
+from operations.controller import interrupt
+from operations.controller import lease as lock
+from operations.controller import output as report
+from operations.controller import summary
+from operations.model import topology
+from operations.model.config import ServerConfig
+from operations.model.engines import HostContext, validate
+from operations.errors import ConfigError
+from operations.facts.gpu import process_table, read_gpus
+from operations.controller.idle_converge import refusal
+from operations.model.idle_plan import Selection, plan_idle
+from operations.facts.engine import check_engine
+from operations.controller.readiness import Readiness, await_ready, live_problems, placement_problem, server_gpus
+from operations.controller.remote import host_python
+from operations.facts.server import FieldChange, ServerStatusFact, drift, recorded_view
+from operations.controller.supervisors import supervisor_for
+from operations.controller.waiting import RealClock
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./-]*$")
@@ -45,7 +51,7 @@ def resolve(config, on_host=None) -> ServerConfig:
 def check_inventory(config, hosts) -> ServerConfig:
     """Validate ``config`` for every host before any operation runs; raises one ConfigError listing every issue
     (field and host) across the inventory. Multi-node groups (host data ``specops_group``) are checked rank by
-    rank (``operations.topology``); host data ``gpu_count`` is used when set; the GPU count read from each host is
+    rank (``operations.model.topology``); host data ``gpu_count`` is used when set; the GPU count read from each host is
     checked again when the server operations run.
 
     **Example** (top of a deploy file): ``server.check_inventory(host.data.get("config"), inventory)``

@@ -18,12 +18,22 @@ from pathlib import Path
 from pyinfra import host, state
 from pyinfra.api import FunctionCommand, operation
 
-from . import interrupt, lock, report, summary, sweep_report, topology
-from .config import Issue, ServerConfig
-from .errors import ConfigError
-from .remote import host_python
-from .serverstate import recorded_view
-from .waiting import RealClock
+from operations.controller import interrupt
+
+from operations.controller import lease as lock
+
+from operations.controller import output as report
+
+from operations.controller import summary
+
+from operations.reporting import tables as sweep_report
+
+from operations.model import topology
+from operations.model.config import Issue, ServerConfig
+from operations.errors import ConfigError
+from operations.controller.remote import host_python
+from operations.facts.server import recorded_view
+from operations.controller.waiting import RealClock
 
 DEFAULT_RUNNER = ("-m", "sglang.bench_serving")  # after the host's Python
 
@@ -62,7 +72,7 @@ class Workload:
 def desired(config, on_host, hosts) -> ServerConfig:
     """The config as this host runs it (the host's launcher; in a group, its rank's nnodes/node-rank/dist-init-addr):
     what the server's own config hash is compared with, and what results are keyed by."""
-    from .server import resolve
+    from operations.server import resolve
 
     return topology.for_rank(resolve(config, on_host), topology.rank_of(on_host, hosts))
 
@@ -129,7 +139,7 @@ def benchmarked(config, concurrency: int, results: str = "sweep-results", num_pr
         server.running(config="eagle3-llama3.1-8b")
         sweep.benchmarked(config="eagle3-llama3.1-8b", concurrency=16, results="sweep-results")
     """
-    from .server import _supervisor
+    from operations.server import _supervisor
 
     python = host_python(python)
     cfg = desired(config, host, state.inventory)
@@ -194,7 +204,7 @@ def _run(state, host, cfg: ServerConfig, sup, argv, workload: Workload, path: Pa
 
 
 def _ctl(host, sup, name: str, opts: dict) -> dict:
-    ok, out = host.run_shell_command(sup.ctl("bench", sup.directory, name, json.dumps(opts)))
+    ok, out = host.run_shell_command(sup.ctl("bench", sup.directory, name, json.dumps(opts), program="bench_ctl.py"))
     try:
         return json.loads("\n".join(out.stdout_lines))
     except ValueError:

@@ -1,15 +1,15 @@
-"""Regenerate operations/data/sglang-<version>-server-args.tsv from an installed SGLang's own argparse parser.
+"""Regenerate operations/model/engines/data/sglang-<version>-server-args.tsv from an installed SGLang's own argparse parser.
 
 Run it with the SGLang interpreter (e.g. .venv-sglang/bin/python scripts/sglang_table.py):
 
-    python scripts/sglang_table.py           # (re)write operations/data/sglang-<version>-server-args.tsv
+    python scripts/sglang_table.py           # (re)write operations/model/engines/data/sglang-<version>-server-args.tsv
     python scripts/sglang_table.py --check   # compare with that file: print a unified diff and exit 1 if different
     python scripts/sglang_table.py --stdout  # print the table
 
 The parser is built exactly as ``sglang.srt.server_args.prepare_server_args`` builds it
 (``argparse.ArgumentParser(prog="sglang serve")`` + ``ServerArgs.add_cli_args``); one line per argparse action, in
 declaration order: ``option|alias \\tdest= D \\tdefault= repr \\tchoices= repr \\ttype= name \\tnargs= N
-\\taction= ClassName`` (the format operations/sglang_args.py reads). Choices are written as a list; SGLang keeps a
+\\taction= ClassName`` (the format operations/model/engines/sglang_args.py reads). Choices are written as a list; SGLang keeps a
 few in a set, which has no order: those are written sorted, and ``--check`` accepts any order for them.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = REPO / "operations" / "data"
+DATA = REPO / "operations" / "model" / "engines" / "data"
 
 
 def _type_name(action: argparse.Action) -> str:
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="diff against the shipped table; exit 1 when different")
     mode.add_argument("--stdout", action="store_true", help="print the table instead of writing it")
-    p.add_argument("--output", type=Path, help="table file (default operations/data/sglang-<version>-server-args.tsv)")
+    p.add_argument("--output", type=Path, help="table file (default operations/model/engines/data/sglang-<version>-server-args.tsv)")
     args = p.parse_args(argv)
     version, text, unordered = build_table()
     target = args.output or DATA / f"sglang-{version}-server-args.tsv"

@@ -1,5 +1,6 @@
+import sys
 """Small builders for GpuState values used by the pure-logic tests."""
-from operations.gpustate import Gpu, GpuProcess, GpuState, GroupMember
+from operations.facts.gpu import Gpu, GpuProcess, GpuState, GroupMember
 
 
 def gpus(*used: int, total: int = 81559) -> tuple[Gpu, ...]:
@@ -17,3 +18,11 @@ def proc(pid: int, gpu: int, mib: int | None, *, user: str = "root", uid: int = 
 
 def state(used: tuple[int, ...], *processes: GpuProcess, user: str = "root") -> GpuState:
     return GpuState("pynvml", gpus(*used), tuple(processes), 0 if user == "root" else 1000, user, 1)
+
+
+def host_program(name: str, *args: str, python: str = sys.executable) -> list[str]:
+    """argv that runs host program ``name`` exactly as specops does on a host (the bundle installed under
+    $HOME/.cache/specops first): give it an env with HOME set to a test directory."""
+    from operations.controller.remote import python_script
+
+    return ["sh", "-c", python_script(python, name, *args).get_raw_value()]

@@ -1,9 +1,9 @@
 """Config X: loading, secrets, and validation (every error listed, with field and host)."""
 import pytest
 
-from operations import config as configs
-from operations.config import ServerConfig, from_mapping
-from operations.engines import HostContext, validate
+from operations.model import config as configs
+from operations.model.config import ServerConfig, from_mapping
+from operations.model.engines import HostContext, validate
 from operations.errors import ConfigError
 
 from conftest import REPO
@@ -161,8 +161,8 @@ def test_env_names_validated_and_env_sourced_values_secret():
 
 
 def test_secret_with_quote_round_trips_through_secrets_env(tmp_path):
-    from operations.server_ctl import secret
-    from operations.supervisors import secrets_env
+    from operations.remote.server_ctl import secret
+    from operations.controller.supervisors import secrets_env
 
     cfg = from_mapping({"model-path": "m", "api-key": "a'b\"c $d"}, "t")
     (tmp_path / "secrets.env").write_text(secrets_env(cfg))

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from operations.config import known_configs
+from operations.model.config import known_configs
 
 import pytest
 import yaml

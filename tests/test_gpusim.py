@@ -8,7 +8,7 @@ import pytest
 
 from gpusim import ledger
 from gpusim.host import SimHost
-from operations.probe_gpu import parse_apps_csv, parse_gpu_csv
+from operations.remote.probe_gpu import parse_apps_csv, parse_gpu_csv
 
 from conftest import needs_root
 

@@ -12,12 +12,13 @@ import time
 import pytest
 
 from conftest import needs_root, run_pyinfra
-from operations import config as configs
-from operations import gpu, hostdata
-from operations.config import from_mapping
-from operations.engines import validate
+from operations.model import config as configs
+from operations import gpu
+from operations.model import hostdata
+from operations.model.config import from_mapping
+from operations.model.engines import validate
 from operations.errors import ConfigError
-from operations.idle_converge import Timing
+from operations.controller.idle_converge import Timing
 from test_fault_matrix import _listed, assert_untouched, python_spy, shipped, write_config  # noqa: F401
 
 SECRET_HASH = "$6$saltsalt$Qx9hashofrootpasswordZz"
@@ -303,7 +304,7 @@ def test_port_checker_accepts_strings_and_ints():
 
 def test_yaml_aliases_are_refused_so_a_billion_laughs_config_cannot_expand(tmp_path):
     """Nine levels of ten aliases: a few hundred bytes that would expand to 10^9 entries when hashed."""
-    from operations.config import load
+    from operations.model.config import load
     from operations.errors import ConfigError
 
     levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]

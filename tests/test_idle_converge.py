@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from operations.idle_converge import Timing, converge_idle
-from operations.idle_plan import Selection, plan_idle
+from operations.controller.idle_converge import Timing, converge_idle
+from operations.model.idle_plan import Selection, plan_idle
 
 from factories import proc, state
 

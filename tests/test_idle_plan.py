@@ -1,6 +1,6 @@
 """Planning gpu.idle: who may be stopped, what is protected, when GPUs count as idle."""
-from operations.gpustate import GroupMember
-from operations.idle_plan import Selection, is_idle, plan_idle
+from operations.facts.gpu import GroupMember
+from operations.model.idle_plan import Selection, is_idle, plan_idle
 
 from factories import proc, state
 

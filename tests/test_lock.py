@@ -1,14 +1,13 @@
-"""Two specops runs at once on one host: the host lease (operations/lock.py, operations/host_lock.py)."""
+"""Two specops runs at once on one host: the host lease (operations/controller/lease.py, operations/remote/lease.py)."""
 import getpass
 import json
 import os
 import signal
 import stat
 import subprocess
-import sys
 
 from conftest import REPO, pyinfra_argv
-from operations.remote import script_text
+from factories import host_program
 from test_gpusim import wait_for
 
 
@@ -94,8 +93,8 @@ def test_lease_of_a_killed_run_is_broken_by_the_next_run_from_the_same_controlle
 
 
 def host_lock(tmp_path, *args):
-    program = script_text("remote_common.py") + "\n" + script_text("host_lock.py")  # as remote.python_script sends it
-    out = subprocess.run([sys.executable, "-c", program, *args], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(host_program("lease.py", *args), capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "HOME": str(tmp_path)})
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

@@ -2,10 +2,9 @@
 
 Each ``ops/gpu.idle/*.json`` holds ``kwargs``, the probe document the fact returns, and the expected
 ``commands`` / ``noop`` / ``fail`` / ``logs``. Commands that run our remote scripts are written as
-``<script.py> ARGS`` so fixtures stay readable.
+``PY <program> ARGS`` so fixtures stay readable.
 """
 import json
-import shlex
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,8 @@ from pyinfra.api import FunctionCommand, StringCommand
 from pyinfra.context import ctx_host, ctx_state
 
 from operations import gpu
-from operations.gpustate import GpuStateFact, parse_probe
-from operations.remote import script_text
+from operations.facts.gpu import GpuStateFact, parse_probe
+from operations.controller.remote import readable
 
 CASES = sorted((Path(__file__).parent / "ops" / "gpu.idle").glob("*.json"))
 
@@ -56,11 +55,7 @@ def serialise(command, host):
             return "fail"
         return f"call {command.function.__name__}"
     assert isinstance(command, StringCommand)
-    raw = command.get_raw_value()
-    for name in ("signal_procs.py", "probe_gpu.py"):
-        program = script_text("remote_common.py") + "\n" + script_text(name)
-        raw = raw.replace(shlex.quote(program), f"<{name}>")
-    return raw
+    return readable(command.get_raw_value())
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])

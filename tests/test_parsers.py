@@ -1,8 +1,8 @@
 """nvidia-smi CSV and probe-document parsers, on output captured from the real tools."""
 import pytest
 
-from operations.gpustate import parse_probe
-from operations.probe_gpu import parse_apps_csv, parse_gpu_csv, satisfied
+from operations.facts.gpu import parse_probe
+from operations.remote.probe_gpu import parse_apps_csv, parse_gpu_csv, satisfied
 
 # nvidia-smi 550.54.15 on an 8x H100 node, two GPUs in MIG mode (memory per process is [N/A] there)
 REAL_GPUS = """\
@@ -115,7 +115,7 @@ def test_wait_condition_on_the_host():
 
 
 def test_secret_flag_values_are_masked_in_reported_cmdlines():
-    from operations.remote_common import masked
+    from operations.remote.common import masked
 
     argv = ["python3", "-m", "sglang.launch_server", "--api-key", "sk-1", "--hf-token=hf_2", "--port", "30000",
             "--admin-api-key", "adm"]

@@ -1,11 +1,11 @@
-"""operations.plot: the PNG it writes is valid and the chart puts things where they belong."""
+"""operations.reporting.plot: the PNG it writes is valid and the chart puts things where they belong."""
 import struct
 import zlib
 
 import pytest
 
-from operations import plot
-from operations.plot import AXIS, MARK, PALETTE, TEXT, line_chart, write_png
+from operations.reporting import plot
+from operations.reporting.plot import AXIS, MARK, PALETTE, TEXT, line_chart, write_png
 
 
 def decode(png: bytes):

@@ -17,7 +17,7 @@ d. the edge corpus (tests/real_sglang/corpus.yaml): desired view and the simulat
    resolved values; what SGLang refuses, specops refuses;
 e. the stricter rules (tests/real_sglang/stricter.yaml): each rule specops has that SGLang does not is listed in
    README.md under "Where specops is stricter than SGLang";
-f. the host-side engine check (operations/engine_check.py) under the real interpreter.
+f. the host-side engine check (operations/remote/engine_check.py) under the real interpreter.
 """
 from __future__ import annotations
 
@@ -33,9 +33,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from operations import config as configs
-from operations import engines, topology
-from operations.config import ServerConfig
+from operations.model import config as configs
+from operations.model import engines
+from operations.model import topology
+from operations.model.config import ServerConfig
 from operations.errors import ConfigError
 
 from real_sglang import models
@@ -155,7 +156,7 @@ def render(cfg: ServerConfig) -> Rendered:
 def render_any(cfg: ServerConfig) -> Rendered:
     """``render``, for a config specops refuses too: flags SGLang's table does not have (specops renders none)
     are appended as ``--flag value``, the way an operator would type them."""
-    from operations import sglang_args
+    from operations.model.engines import sglang_args
 
     table = sglang_args.flags()
     unknown = {k: v for k, v in cfg.args.items() if k not in table}
@@ -185,7 +186,7 @@ def specops_issues(data: dict, name: str, environ=None, host: dict | None = None
 # ---- the shipped configs ----------------------------------------------------------------------------------------
 
 @dataclass
-class H:  # an inventory host, as operations.topology reads it
+class H:  # an inventory host, as operations.model.topology reads it
     name: str
     data: dict
 
@@ -198,7 +199,7 @@ def example_group() -> list[H]:
 
 def shipped_sglang_configs() -> list[tuple[str, ServerConfig]]:
     """(id, config as one host runs it) for every shipped SGLang config; a multi-node one once per rank of the
-    example inventory's group (ranks from operations.topology)."""
+    example inventory's group (ranks from operations.model.topology)."""
     out = []
     names = (configs.known_configs(REPO / "configs") if hasattr(configs, "known_configs")
              else sorted(p.stem for p in (REPO / "configs").glob("*.yaml")))
@@ -298,7 +299,7 @@ def test_the_sglang_interpreter_is_sglang_0_5_23(sglang_python):
 
 def test_shipped_flag_table_is_sglangs_own_parser(sglang_python):
     proc = run_python(sglang_python, [str(REPO / "scripts" / "sglang_table.py"), "--check"], timeout=300)
-    assert proc.returncode == 0, f"operations/data table differs from SGLang's parser:\n{proc.stdout}{proc.stderr}"
+    assert proc.returncode == 0, f"operations/model/engines/data table differs from SGLang's parser:\n{proc.stdout}{proc.stderr}"
     assert "matches SGLang 0.5.23" in proc.stdout
 
 
@@ -504,19 +505,15 @@ def test_readme_stricter_table_lists_only_rules_sglang_does_not_have(real):
 
 # ==== f. the host-side engine check ==============================================================================
 
-def _engine_check_program() -> list[str]:
-    """How specops runs it on a host: ``PY -c <remote_common.py + engine_check.py> FLAGS_JSON ENGINE_YAML``."""
-    path = REPO / "operations" / "engine_check.py"
-    assert path.exists(), "operations/engine_check.py does not exist yet"
-    from operations import remote
+def _engine_check_program(python: str, flags: str, text: str) -> list[str]:
+    """How specops runs it on a host: the host-program bundle's ``engine_check FLAGS_JSON ENGINE_YAML``."""
+    from factories import host_program
 
-    if hasattr(remote, "script_text"):
-        return ["-c", remote.script_text("remote_common.py") + "\n" + remote.script_text("engine_check.py")]
-    return [str(path)]
+    return host_program("engine_check.py", flags, text, python=python)
 
 
 def _engine_check_input(cfg: ServerConfig) -> tuple[str, str]:
-    from operations import enginecheck
+    from operations.facts import engine as enginecheck
 
     if hasattr(enginecheck, "check_input"):
         return enginecheck.check_input(cfg, "/etc/specops/engine.yaml")
@@ -526,9 +523,8 @@ def _engine_check_input(cfg: ServerConfig) -> tuple[str, str]:
 
 def _run_engine_checks(python: str, inputs: list[tuple[str, str]]) -> list[dict]:
     """Every check at once (each imports SGLang, seconds apiece): one JSON document each."""
-    program = _engine_check_program()
-    procs = [subprocess.Popen([python, *program, flags, text], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, cwd="/") for flags, text in inputs]
+    procs = [subprocess.Popen(_engine_check_program(python, flags, text), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd="/") for flags, text in inputs]
     out = []
     for proc in procs:
         stdout, stderr = proc.communicate(timeout=600)

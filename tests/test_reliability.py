@@ -445,7 +445,7 @@ def test_10_sudo_uploads_never_write_through_a_predictable_temp_file(make_cluste
 # --- the host programs' own guards, without a run -----------------------------------------------------------
 
 def test_2_a_document_nested_too_deep_is_corrupt_not_a_crash(tmp_path):
-    from operations.remote_common import read_doc
+    from operations.remote.common import read_doc
 
     path = tmp_path / "state.json"
     path.write_text("[" * 200000)
@@ -453,7 +453,7 @@ def test_2_a_document_nested_too_deep_is_corrupt_not_a_crash(tmp_path):
 
 
 def test_11_directories_specops_creates_under_umask_002_pass_its_own_check(tmp_path):
-    from operations.remote_common import private_dir, unsafe_tree
+    from operations.remote.common import private_dir, unsafe_tree
 
     old = os.umask(0o002)
     try:

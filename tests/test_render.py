@@ -8,9 +8,10 @@ import sys
 import pytest
 import yaml
 
-from operations.config import from_mapping
-from operations.engines import engine_for
-from operations.supervisors import Supervisor, SystemdSupervisor
+from operations.model.config import from_mapping
+from operations.model.engines import engine_for
+from operations.controller.remote import readable
+from operations.controller.supervisors import Supervisor, SystemdSupervisor
 
 NASTY = ["a'b", 'x"; touch PWNED; echo "', "$(touch PWNED)", "`touch PWNED`", "a b\tc", "semi;colon&amp|pipe",
          "$HOME", "${HOME", "\\back\\slash", "new\nline", "*", "-dash"]
@@ -86,12 +87,11 @@ def test_systemd_unit_and_commands(tmp_path):
                      "KillSignal=SIGTERM", "TimeoutStopSec=45", "Restart=no",
                      "StandardOutput=append:/var/lib/specops/llm/server.log", "WantedBy=multi-user.target"):
         assert expected in lines
-    start = [c.get_raw_value() for c in sup.start(cfg)]
-    assert start[:2] == ["systemctl daemon-reload", "systemctl start specops-llm.service"]
-    assert start[2].startswith("/opt/venv/bin/python -c ") and start[2].endswith(
-        f" record /var/lib/specops/llm {cfg.config_hash} specops-llm.service")
-    stop = sup.stop(30.0)[0].get_raw_value()
-    assert stop.endswith(" stop /var/lib/specops/llm 30.0 specops-llm.service")
+    start = [readable(c.get_raw_value()) for c in sup.start(cfg)]
+    assert start == ["systemctl daemon-reload", "systemctl start specops-llm.service",
+                     f"/opt/venv/bin/python <server_ctl> record /var/lib/specops/llm {cfg.config_hash} specops-llm.service"]
+    stop = readable(sup.stop(30.0)[0].get_raw_value())
+    assert stop == "/opt/venv/bin/python <server_ctl> stop /var/lib/specops/llm 30.0 specops-llm.service"
 
 
 def test_vllm_argv_has_speculative_config_json():

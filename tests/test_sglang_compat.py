@@ -11,12 +11,12 @@ import yaml
 
 from conftest import REPO
 from factories import proc, state
-from operations import server_ctl
-from operations.config import ConfigError, from_mapping, known_configs, load
-from operations.engines import AUTO, SecretRef, engine_for, mismatches
-from operations.readiness import placement_problem
-from operations.serverstate import ServerStatus, drift
-from operations.supervisors import Supervisor
+from operations.remote import server_ctl
+from operations.model.config import ConfigError, from_mapping, known_configs, load
+from operations.model.engines import AUTO, SecretRef, engine_for, mismatches
+from operations.controller.readiness import placement_problem
+from operations.facts.server import ServerStatus, drift
+from operations.controller.supervisors import Supervisor
 
 SGLANG = engine_for("sglang")
 EAGLE3 = {"model-path": "m", "speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "d"}
@@ -128,7 +128,7 @@ def test_sidecar_rules(tmp_path):
 
 
 def test_gpu_selection_is_checked_before_anything_runs():
-    from operations.engines import HostContext, validate
+    from operations.model.engines import HostContext, validate
 
     def issues(data, gpus=None):
         return [str(i) for i in validate(from_mapping(data, "t"), HostContext("h", gpus))]
@@ -190,7 +190,7 @@ def test_engine_check_program_reads_a_parser_and_its_config_loader(tmp_path):
         "        if 'bad' in text:\n            raise ValueError('Unsupported config option bad')\n"
         "        i = argv.index('--config')\n"
         "        return ['--model-path', text.split(':')[1].strip()] + argv[:i] + argv[i + 2:]\n")
-    program = (REPO / "operations" / "engine_check.py").read_text()
+    program = (REPO / "operations" / "remote" / "engine_check.py").read_text()
 
     def check(flags, engine_yaml, path=str(tmp_path)):
         out = subprocess.run([sys.executable, "-c", program, json.dumps(flags), engine_yaml], capture_output=True,
@@ -208,7 +208,7 @@ def test_engine_check_program_reads_a_parser_and_its_config_loader(tmp_path):
 def test_a_flag_sharing_its_dest_with_a_deprecated_alias_is_itself():
     # --monokernel-backend (deprecated, choices ['amd']) shares the dest of the switch --enable-amd-monokernel
     cfg = from_mapping({"model-path": "m", "enable-amd-monokernel": True}, "t")
-    from operations.engines import validate
+    from operations.model.engines import validate
 
     assert validate(cfg) == []
     assert yaml.safe_load(SGLANG.engine_yaml(cfg))["enable-amd-monokernel"] is True
@@ -231,13 +231,13 @@ def test_desired_values_are_compared_as_sglangs_parser_makes_them(data, info):
 def test_attention_dp_runs_on_the_tp_gpus():
     cfg = from_mapping({"model-path": "m", "tp-size": 8, "dp-size": 8, "enable-dp-attention": True}, "t")
     assert cfg.gpu_indices() == list(range(8))
-    from operations.engines import HostContext, validate
+    from operations.model.engines import HostContext, validate
 
     assert validate(cfg, HostContext("h", 8)) == []
 
 
 def test_secret_names_are_one_rule_and_not_sglangs_token_counters(tmp_path):
-    from operations.remote_common import secret_name
+    from operations.remote.common import secret_name
 
     assert all(map(secret_name, ("api_key", "admin_api_key", "--api-key", "ssl_keyfile_password", "watermark_key",
                                  "watermark_config", "hf_token", "--hf-token", "token", "access_token")))
@@ -266,7 +266,7 @@ def test_masking_values_with_spaces_lists_and_multiline_secrets(tmp_path):
 
 
 def test_sidecar_paths_and_broken_links(tmp_path):
-    from operations.config import settings_path
+    from operations.model.config import settings_path
 
     assert settings_path(tmp_path / "x.yml").name == "x.specops.yaml"
     assert settings_path(tmp_path / "x").name == "x.specops.yaml"
@@ -281,7 +281,7 @@ def test_sidecar_paths_and_broken_links(tmp_path):
 
 
 def test_launch_env_orders_gpus_as_nvidia_smi_does_and_null_topology_is_an_issue(tmp_path):
-    from operations.engines import validate
+    from operations.model.engines import validate
 
     cfg = from_mapping({"model-path": "m", "specops": {"gpus": [3]}}, "t")
     script = next(f for f in Supervisor("llm", str(tmp_path)).files(cfg) if f.path.endswith("launch.sh")).content

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from conftest import REPO, changed, run_pyinfra
-from operations import config as server_configs
-from operations import sweep_report
+from operations.model import config as server_configs
+from operations.reporting import tables as sweep_report
 from operations.errors import ConfigError
 from operations.sweep import Workload
 
@@ -107,20 +107,19 @@ def test_a_config_that_fails_does_not_stop_the_others_and_the_rerun_fills_it_in(
 def test_bench_runner_is_attached_to_not_restarted_and_gets_the_key_from_secrets_env(server_sim, configs, tmp_path):
     """server_ctl bench: a second call with the same key attaches to the running benchmark (same pid); the API
     key reaches the runner from secrets.env, never its command line."""
-    from operations.remote import script_text
+    from factories import host_program
 
     sim = server_sim
     assert run_pyinfra(sim, "--data", f"config={configs['eagle3-llama3.1-8b']}").rc == 0
     state = json.loads((sim.root / "servers" / "llm" / "state.json").read_text())
-    program = script_text("remote_common.py") + "\n" + script_text("server_ctl.py")
     d = str(sim.root / "servers" / "llm")
     argv = [str(sim.root / "bin" / "sglang-bench-serving"), "--port", str(configs["port"]), "--num-prompts", "8",
             "--max-concurrency", "1", "--random-input-len", "16", "--random-output-len", "24"]
     opts = {"key": "k1", "argv": argv, "port": configs["port"], "config_hash": state["config_hash"]}
 
     def ctl(**extra):
-        out = subprocess.run([sys.executable, "-c", program, "bench", d, "t", json.dumps({**opts, **extra})],
-                             capture_output=True, text=True, env=sim.env(), timeout=60)
+        out = subprocess.run(host_program("bench_ctl.py", "bench", d, "t", json.dumps({**opts, **extra})),
+                             capture_output=True, text=True, env={**sim.env(), "HOME": str(tmp_path)}, timeout=60)
         return json.loads(out.stdout)
 
     started = ctl(budget_s=0)
@@ -188,7 +187,7 @@ def test_report_command_rewrites_the_files(tmp_path):
         path = tmp_path / r["config"]["name"] / "c1.json"
         path.parent.mkdir()
         path.write_text(json.dumps(r))
-    out = subprocess.run([sys.executable, "-m", "operations.sweep_report", str(tmp_path)], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "operations.reporting.tables", str(tmp_path)], cwd=REPO,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "spec vs base: speculation helps at every measured level" in out.stdout

@@ -1,10 +1,12 @@
-"""Ranks from the inventory (operations.topology) and per-rank validation, without hosts."""
+"""Ranks from the inventory (operations.model.topology) and per-rank validation, without hosts."""
 from dataclasses import dataclass, field
 
 import pytest
 
-from operations import server, topology
-from operations.config import ServerConfig
+from operations import server
+
+from operations.model import topology
+from operations.model.config import ServerConfig
 from operations.errors import ConfigError
 
 

@@ -20,7 +20,7 @@ from conftest import REPO, _run, changed, free_port
 from gpusim.host import SimHost
 from gpusim.ledger import proc_start_time
 
-FLAG_TABLE = "operations/data/sglang-0.5.23-server-args.tsv"
+FLAG_TABLE = "operations/model/engines/data/sglang-0.5.23-server-args.tsv"
 
 
 def sh(*argv, **kw):
@@ -75,9 +75,9 @@ def installed(tmp_path_factory) -> Installed:
 
 def test_wheel_ships_every_data_file(installed):
     for member in ("operations/templates/launch.sh.j2", "operations/templates/server.service.j2",
-                   "operations/probe_gpu.py", "operations/signal_procs.py", "gpusim/nvml_stub.c", FLAG_TABLE):
+                   "operations/remote/probe_gpu.py", "operations/remote/signalling.py", "gpusim/nvml_stub.c", FLAG_TABLE):
         assert member in installed.names, installed.names
-    for data_dir in ("operations/data", "gpusim/engine"):  # every data file, whatever joins them
+    for data_dir in ("operations/model/engines/data", "gpusim/engine"):  # every data file, whatever joins them
         shipped = {p.relative_to(REPO).as_posix() for p in (REPO / data_dir).rglob("*")
                    if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
         assert shipped and shipped <= set(installed.names), shipped - set(installed.names)
@@ -111,7 +111,7 @@ def _deploy_from_elsewhere(tmp_path, installed, work, host_dir):
     (work / "deploy.py").write_text(textwrap.dedent("""
         import operations
         from operations import gpu
-        from operations.render import render
+        from operations.model.render import render
 
         print("operations from", operations.__file__)
         print(render("launch.sh.j2", name="demo", config_hash="abc", env_file=None,
@@ -142,7 +142,7 @@ server.running(name="wheel: config by path", config=host.data.get("config"))
 
 BY_OBJECT = """
 from operations import server
-from operations.config import ServerConfig, from_mapping
+from operations.model.config import ServerConfig, from_mapping
 
 cfg = from_mapping({data!r}, "baseline-llama3.1-8b", source="wheel test deploy")
 assert isinstance(cfg, ServerConfig)

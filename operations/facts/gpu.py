@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from .remote import guarded, python_script
+from operations.controller.remote import guarded, python_script
 
 DEFAULT_DEVICES = "/dev/nvidia*"  # what a CUDA process holds open (nvidia<N>, nvidiactl, nvidia-uvm)
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import ConfigError
+from operations.errors import ConfigError
 
 # SGLang's own secret flags (the host masks fields named like these in what the server reports: remote_common)
 SECRET_ARGS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password", "watermark_config"})
@@ -235,7 +235,7 @@ def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) 
     if not engine_known:
         issues.append(Issue("specops.engine", f"{engine!r} is not one of {ENGINES}"))
         engine = "sglang"
-    from .engines import engine_for  # late: engines import this module
+    from operations.model.engines import engine_for  # late: engines import this module
 
     args = {}
     for key, value in data.items():
@@ -266,7 +266,7 @@ def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) 
         # list every error in one go: the engine's rules that need no host (flags, types, speculative settings,
         # ports) too, except on fields already reported here (an unset ${VAR} is not also "required")
         if engine_known:
-            from .engines import validate
+            from operations.model.engines import validate
 
             seen = {_field(i.field) for i in issues}
             issues += [i for i in validate(cfg) if _field(i.field) not in seen]

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
-from . import sglang_args
-from .config import ServerConfig
-from .engines import SecretRef, engine_for
-from .remote import guarded, python_script
+from operations.model.engines import sglang_args
+from operations.model.config import ServerConfig
+from operations.model.engines import SecretRef, engine_for
+from operations.controller.remote import guarded, python_script
 
 
 @dataclass(frozen=True)

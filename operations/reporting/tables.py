@@ -1,7 +1,7 @@
 """The sweep report: results (``sweep.benchmarked``'s JSON files) to a markdown table, CSV, a PNG plot and the
 crossover concurrency where speculation stops paying. Runs on the controller; also a command:
 
-    python -m operations.sweep_report sweep-results/<host>      # rewrite REPORT.md, results.csv, throughput.png
+    python -m operations.reporting.tables sweep-results/<host>      # rewrite REPORT.md, results.csv, throughput.png
 """
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ def to_csv(records: list[dict]) -> str:
 
 
 def plot(records: list[dict]) -> bytes:
-    from .plot import line_chart
+    from operations.reporting.plot import line_chart
 
     series = {name: sorted(throughput(records, name).items()) for name in configs_of(records)}
     marks = [(c.at, f"{c.config} crossover ~{c.at:.1f}") for c in crossovers(records) if c.at]

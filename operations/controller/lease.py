@@ -25,10 +25,14 @@ import uuid
 from pyinfra.api import FunctionCommand
 from pyinfra.api.state import BaseStateCallback, State
 
-from . import hostdata, interrupt, report
-from .remote import host_python, python_script
-from .remote_common import start_time
-from .waiting import RealClock
+from operations.model import hostdata
+
+from operations.controller import interrupt
+
+from operations.controller import output as report
+from operations.controller.remote import host_python, python_script
+from operations.remote.common import start_time
+from operations.controller.waiting import RealClock
 
 DEFAULT_STATE_DIR = "/var/lib/specops"
 LEASE = ".specops-lock.json"
@@ -90,7 +94,7 @@ def acquired(what: str, ttl_s: float, python: str | None = None) -> FunctionComm
 
 
 def _ctl(host, python: str, *args: str) -> dict:
-    ok, out = host.run_shell_command(python_script(python, "host_lock.py", *args))
+    ok, out = host.run_shell_command(python_script(python, "lease.py", *args))
     try:
         return json.loads("\n".join(out.stdout_lines))
     except ValueError:

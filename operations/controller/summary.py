@@ -107,9 +107,9 @@ def watch(state) -> RunSummary:
         state.add_callback_handler(summary)
         if isinstance(state, State):  # a real run (not an op-fixture harness): print when pyinfra exits
             atexit.register(summary.print)
-            from .interrupt import install
+            from operations.controller.interrupt import install
 
-            install()  # Ctrl-C stops signalling and starts (see operations/interrupt.py)
+            install()  # Ctrl-C stops signalling and starts (see operations/controller/interrupt.py)
     return summary
 
 

@@ -7,7 +7,7 @@ from typing import Callable, Generic, Protocol, TypeVar
 
 import tenacity
 
-from .remote_common import StableWindow
+from operations.remote.common import StableWindow
 
 T = TypeVar("T")
 
@@ -27,7 +27,7 @@ class RealClock:
     def sleep(self, seconds: float) -> None:
         import gevent
 
-        from .interrupt import check
+        from operations.controller.interrupt import check
 
         check("waiting further")  # Ctrl-C ends every wait at its next pause
         gevent.sleep(seconds)

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from pyinfra.api import StringCommand
 
-from .config import ServerConfig
-from .engines import SecretRef, engine_for
-from .remote import python_script
-from .render import render
+from operations.model.config import ServerConfig
+from operations.model.engines import SecretRef, engine_for
+from operations.controller.remote import python_script
+from operations.model.render import render
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,8 @@ class Supervisor:
         return [*engine_file, ServerFile(self.path("launch.sh"), script, "700"),
                 ServerFile(self.path("secrets.env"), secrets_env(cfg), "600", secret=True)]
 
-    def ctl(self, *args: str) -> StringCommand:
-        return python_script(self.python, "server_ctl.py", *args)
+    def ctl(self, *args: str, program: str = "server_ctl.py") -> StringCommand:
+        return python_script(self.python, program, *args)
 
     def stop(self, grace_s: float) -> list[StringCommand]:
         return [self.ctl("stop", self.directory, str(grace_s))]
@@ -109,8 +109,8 @@ def supervisor_for(kind: str, name: str, state_dir: str, python: str) -> Supervi
         return Supervisor(name, state_dir, python)
     if kind == "systemd":
         return SystemdSupervisor(name, state_dir, python)
-    from .config import Issue
-    from .errors import ConfigError
+    from operations.model.config import Issue
+    from operations.errors import ConfigError
 
     # a config error like the others (listed plainly, before anything runs), not an internal exception
     raise ConfigError([Issue("supervisor", f"must be 'process' or 'systemd' (host data specops_supervisor), "

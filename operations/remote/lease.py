@@ -11,11 +11,8 @@ import os
 import sys
 import time
 
-try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
-    from operations.remote_common import (INT, NUM, STR, _nofollow_fd, make_dirs, read_doc, save_json, set_aside,
-                                          unsafe_tree)
-except ImportError:
-    pass
+from .common import (INT, NUM, STR, _nofollow_fd, make_dirs, read_doc, save_json, set_aside,
+                    unsafe_tree)
 
 LEASE_SCHEMA = {"id": (STR, False), "controller": (STR, True), "pid": (INT, True), "pid_start": (INT, True),
                 "user": (STR, True), "what": (STR, True), "acquired_at": (NUM, True), "expires_at": (NUM, False)}

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 
-from .config import Issue
-from .errors import ConfigError
+from operations.model.config import Issue
+from operations.errors import ConfigError
 
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field, replace
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
-from .config import VERIFY_KEYS, ServerConfig
-from .engines import engine_for, mismatches
-from .remote import guarded, python_script
+from operations.model.config import VERIFY_KEYS, ServerConfig
+from operations.model.engines import engine_for, mismatches
+from operations.controller.remote import guarded, python_script
 
 
 @dataclass(frozen=True)

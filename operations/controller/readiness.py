@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .config import ServerConfig
-from .engines import engine_for, mismatches
-from .waiting import Clock, Deadline, ReadCost, poll
+from operations.model.config import ServerConfig
+from operations.model.engines import engine_for, mismatches
+from operations.controller.waiting import Clock, Deadline, ReadCost, poll
 
 
 @dataclass(frozen=True)

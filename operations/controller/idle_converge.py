@@ -9,9 +9,9 @@ import math
 from dataclasses import astuple, dataclass, field
 from typing import Callable
 
-from .gpustate import GpuProcess, GpuState
-from .idle_plan import IdlePlan, Selection, Target, held_mib, is_idle, unprotected, unreadable
-from .waiting import Clock, Deadline, ReadCost, Stable, poll
+from operations.facts.gpu import GpuProcess, GpuState
+from operations.model.idle_plan import IdlePlan, Selection, Target, held_mib, is_idle, unprotected, unreadable
+from operations.controller.waiting import Clock, Deadline, ReadCost, Stable, poll
 
 
 @dataclass(frozen=True)

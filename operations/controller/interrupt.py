@@ -16,7 +16,7 @@ import signal
 from pyinfra import logger
 from pyinfra.api import FunctionCommand
 
-from .errors import SpecopsError
+from operations.errors import SpecopsError
 
 
 class Interrupted(SpecopsError):

@@ -15,8 +15,8 @@ read the API key from secrets.env themselves.
                                    this, and ``live`` for worker ranks in a group's last stage)
     stop DIR GRACE [UNIT]          TERM the process group, KILL after GRACE seconds; state -> stopped
     wait DIR PORT JSON             sample until ready (or dead, or budget spent); JSON: budget_s, prompt, engine
-    bench DIR NAME JSON            start (once per key) or attach to benchmark NAME, wait up to budget_s; JSON:
-                                   key, argv, port, config_hash, budget_s (stop: true ends it)
+
+Benchmarks against the server are bench_ctl's.
 """
 import json
 import os
@@ -28,11 +28,8 @@ import time
 import urllib.error
 import urllib.request
 
-try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
-    from operations.remote_common import (DICT, INT, NUM, STR, make_dirs, masked, open_append, private_dir,
-                                          read_doc, save_json, secret_name, set_aside, start_time, unsafe_tree)
-except ImportError:
-    pass
+from .common import (DICT, INT, NUM, STR, masked, open_append, private_dir,
+                    read_doc, save_json, secret_name, set_aside, start_time, unsafe_tree)
 
 LOG_TAIL = 40
 STATUSES = ("starting", "running", "stopped", "failed")
@@ -386,80 +383,26 @@ def cmd_live(d, mark=True):
     return {"alive": False, "pid": state.get("pid"), "log_tail": log_tail(d, 10)}
 
 
-RUN_SCHEMA = {"key": (STR, False), "pid": (INT, True), "pgid": (INT, True), "start": (INT, True),
-              "started_at": (NUM, True), "config_hash": (STR, True), "server_info": (DICT, True)}
+def refuse_unsafe(d):
+    unsafe = unsafe_tree(d)
+    if unsafe:  # never write (or run launch.sh) in a tree another local user could have swapped
+        reply({"error": f"unsafe server directory {d}: {unsafe}"})
 
 
-def cmd_bench(d, name, opts):
-    """Benchmark NAME against the running server: started once per key (runner argv + config hash), detached,
-    so a dropped connection or a re-run attaches to it instead of starting another; waits up to budget_s.
-    Output: bench/NAME.log, bench/NAME.jsonl (the runner's --output-file), bench/NAME.run.json (the run)."""
-    bdir = os.path.join(d, "bench")
-    make_dirs(bdir)
-    paths = {ext: os.path.join(bdir, f"{name}.{ext}") for ext in ("log", "jsonl", "rc", "run.json")}
-    run, problem = read_doc(paths["run.json"], RUN_SCHEMA)
-    notes = []
-    if run is None:  # corrupt: set aside and said, and nothing it names is signalled
-        try:
-            notes.append(f"{paths['run.json']}: {problem}: set aside as {set_aside(paths['run.json'])}")
-        except OSError as exc:
-            notes.append(f"{paths['run.json']}: {problem}: could not set it aside ({exc.strerror}); ignored")
-        run = {}
-    if opts.get("stop"):
-        if run.get("key") == opts["key"]:
-            signal_group(run, 5.0, 5.0)
-        return {"stopped": True}
-    if run.get("key") != opts["key"] or run.get("collected"):
-        signal_group(run, 5.0, 5.0)  # an older benchmark of ours still loading the server would skew this one
-        state = load_state(d)
-        if not alive(state):
-            return {"error": f"the server is not running ({state.get('status', 'never started')}); nothing to benchmark"}
-        if state.get("config_hash") != opts["config_hash"]:
-            return {"error": f"the server runs config {state.get('config_hash')}, not {opts['config_hash']} "
-                             f"(changed by another deploy?); not benchmarking"}
-        code, info = server_info(d, opts["port"], timeout=10.0)
-        if code != 200 or info is None:
-            return {"error": f"/server_info answered {code}: {info}"}
-        for p in (paths["jsonl"], paths["rc"]):
-            if os.path.exists(p):
-                os.remove(p)
-        env = dict(os.environ, SPECOPS_BENCH_RC=paths["rc"])
-        key = secret(d, "SPECOPS_SECRET_API_KEY")
-        if key:
-            env["OPENAI_API_KEY"] = key  # how sglang.bench_serving authenticates; never on a command line
-        with os.fdopen(open_append(paths["log"]), "a") as fh:
-            fh.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(opts['argv'])}\n")
-        argv = ["/bin/sh", "-c", 'rc=0; "$@" || rc=$?; echo "$rc" > "$SPECOPS_BENCH_RC"', "sh",
-                *opts["argv"], "--output-file", paths["jsonl"]]
-        pid = detach(argv, paths["log"], env)
-        run = {"key": opts["key"], "pid": pid, "pgid": pid, "start": start_time(pid), "started_at": time.time(),
-               "config_hash": opts["config_hash"], "server_info": info}
-        save_json(paths["run.json"], run)
-    end = time.monotonic() + opts["budget_s"]
-    while alive(run) and time.monotonic() < end:
-        time.sleep(0.05)
-    tail = redactor(d)((read(paths["log"], "") or "").splitlines()[-20:])
-    rc = read(paths["rc"])
-    if alive(run):
-        return {"done": False, "notes": notes, "elapsed_s": time.time() - (run.get("started_at") or time.time()), "last_line": tail[-1] if tail else ""}
-    lines = (read(paths["jsonl"], "") or "").splitlines()
-    try:
-        result = redactor(d)(json.loads(lines[-1])) if lines else None
-    except ValueError:
-        result = None
-    save_json(paths["run.json"], {**run, "collected": True})
-    return {"done": True, "notes": notes, "rc": int(rc) if rc and rc.strip().isdigit() else None, "result": result,
-            "server_info": run.get("server_info"), "elapsed_s": time.time() - (run.get("started_at") or time.time()), "log_tail": tail}
+def reply(out):
+    """Print the answer (one JSON document), its notes and error on stderr; exit 1 on an error."""
+    sys.stdout.write(json.dumps(out) + "\n")
+    for note in out.get("notes") or ():
+        sys.stderr.write(note + "\n")
+    if "error" in out:
+        sys.stderr.write(out["error"] + "\n")
+        sys.exit(1)
 
 
 def main(argv):
     cmd, d = argv[0], argv[1]
     if cmd not in ("status", "prepare"):
-        unsafe = unsafe_tree(d)
-        if unsafe:  # never write (or run launch.sh) in a tree another local user could have swapped
-            sys.stdout.write(json.dumps({"error": f"unsafe server directory {d}: {unsafe}"}) + "\n")
-            sys.stderr.write(f"unsafe server directory {d}: {unsafe}\n")
-            sys.exit(1)
+        refuse_unsafe(d)
     if cmd == "status":
         out = cmd_status(d, int(argv[2]), argv[3] if len(argv) > 3 else None)
     elif cmd == "start":
@@ -481,16 +424,9 @@ def main(argv):
         out = cmd_live(d, mark=argv[2:] != ["peek"])
     elif cmd == "wait":
         out = cmd_wait(d, int(argv[2]), json.loads(argv[3]))
-    elif cmd == "bench":
-        out = cmd_bench(d, argv[2], json.loads(argv[3]))
     else:
         raise SystemExit(f"unknown command {cmd}")
-    sys.stdout.write(json.dumps(out) + "\n")
-    for note in out.get("notes") or ():
-        sys.stderr.write(note + "\n")
-    if "error" in out:
-        sys.stderr.write(out["error"] + "\n")
-        sys.exit(1)
+    reply(out)
 
 
 if __name__ == "__main__":

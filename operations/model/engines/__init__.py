@@ -10,8 +10,10 @@ from dataclasses import dataclass
 
 import yaml
 
-from . import sglang_args, sglang_resolve
-from .config import SECRET_ARGS, Issue, ServerConfig
+from operations.model.engines import sglang_args
+
+from operations.model.engines import sglang_resolve
+from operations.model.config import SECRET_ARGS, Issue, ServerConfig
 
 SGLANG_ALGORITHMS = sglang_resolve.KNOWN
 # need a draft model path (EAGLE / NEXTN without one use the target checkpoint's own MTP layers, DeepSeek-style)
@@ -335,7 +337,7 @@ class SGLang:
 
     # ---- what the live server reports -------------------------------------------------------------
     def desired_view(self, cfg: ServerConfig, keys=None) -> dict:
-        """Desired values as SGLang resolves and reports them (``operations.sglang_resolve``), defaults filled,
+        """Desired values as SGLang resolves and reports them (``operations.model.engines.sglang_resolve``), defaults filled,
         for the fields compared against ``/server_info`` (or ``keys``); :data:`AUTO` where SGLang decides from
         the model."""
         defaults = sglang_args.defaults()

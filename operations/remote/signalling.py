@@ -8,10 +8,7 @@ import signal
 import sys
 
 
-try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
-    from operations.remote_common import start_time
-except ImportError:
-    pass
+from .common import start_time
 
 
 def main(argv):

@@ -25,10 +25,7 @@ import subprocess
 import sys
 import time
 
-try:  # on the host, remote.python_script has already put remote_common.py's definitions above this line
-    from operations.remote_common import StableWindow, masked, proc_stat
-except ImportError:
-    pass
+from .common import StableWindow, masked, proc_stat
 
 GPU_QUERY = "index,uuid,name,memory.used,memory.total"
 APP_QUERY = "pid,process_name,used_gpu_memory,gpu_uuid"

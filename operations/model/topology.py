@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .config import Issue, ServerConfig
+from operations.model.config import Issue, ServerConfig
 
 DIST_PORT = 20000
 
