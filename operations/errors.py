@@ -1,4 +1,4 @@
-"""One exception tree for what specops raises in deploy code.
+"""One exception tree for what specops raises in deploy code, and ``Issue``, one problem found by validation.
 
     SpecopsError
     ├── ConfigError    a server config or host data is invalid; ``issues`` lists every (host, field, message)
@@ -6,8 +6,22 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gevent.hub import Hub
 from pyinfra.api.exceptions import OperationError
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One validation problem: the field (flag or setting), what is wrong, and the host it is for (``*``: any)."""
+
+    field: str
+    message: str
+    host: str = "*"
+
+    def __str__(self) -> str:
+        return f"[{self.host}] {self.field}: {self.message}"
 
 
 class SpecopsError(Exception):

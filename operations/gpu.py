@@ -17,7 +17,7 @@ from operations.controller import lease as lock
 from operations.controller import output as report
 
 from operations.controller import summary
-from operations.model.config import Issue
+from operations.errors import Issue
 from operations.errors import ConfigError
 from operations.facts.gpu import read_gpus
 from operations.controller.idle_converge import Timing, Verdict, converge_idle, refusal

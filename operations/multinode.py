@@ -32,13 +32,16 @@ from operations import server
 from operations.controller import summary
 
 from operations.model import topology
-from operations.model.config import Issue, ServerConfig
-from operations.facts.engine import EngineCheck, check_engine
+from operations.errors import Issue
+from operations.model.server_config import ServerConfig
+from operations.facts.engine import check_engine
+from operations.model.engine_check import EngineCheck
 from operations.errors import ConfigError
 from operations.facts.gpu import read_gpus
 from operations.controller.readiness import live_problems, placement_problem
 from operations.controller.remote import host_python
-from operations.facts.server import ServerStatus, ServerStatusFact, drift
+from operations.facts.server import read_server
+from operations.model.server_state import ServerStatus, drift
 from operations.controller.supervisors import Supervisor
 
 
@@ -132,8 +135,7 @@ def _read_group(rank, config, server_name, supervisor, state_dir, python) -> Gro
         status = None
         if h in state.active_hosts:
             try:
-                status = h.get_fact(ServerStatusFact, directory=sup.directory, port=cfg.port, unit=sup.unit,
-                                    python=h_python)
+                status = read_server(h, sup, cfg.port, h_python)
             except Exception:  # connection lost: the rank is unreachable for this run
                 status = None
         return Member(h, h_rank, cfg, sup, h_python, status)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import re
 import uuid
 from dataclasses import replace
 from io import StringIO
@@ -20,22 +19,21 @@ from operations.controller import lease as lock
 from operations.controller import output as report
 from operations.controller import summary
 from operations.model import topology
-from operations.model.config import ServerConfig
-from operations.model.engines import HostContext, validate
-from operations.errors import ConfigError
-from operations.facts.gpu import process_table, read_gpus
+from operations.model.server_config import DEFAULT_LAUNCHER, ServerConfig
+from operations.model.validation import HostContext, validate
+from operations.errors import ConfigError, Issue
+from operations.facts.gpu import read_gpus
+from operations.model.gpus import process_table
 from operations.controller.idle_converge import refusal
 from operations.model.idle_plan import Selection, plan_idle
 from operations.facts.engine import check_engine
 from operations.controller.readiness import Readiness, await_ready, live_problems, placement_problem, server_gpus
 from operations.controller.remote import host_python
-from operations.facts.server import FieldChange, ServerStatusFact, drift, recorded_view
-from operations.controller.supervisors import supervisor_for
+from operations.facts.server import read_server
+from operations.model.server_state import FieldChange, drift, recorded_view
+from operations.controller import supervisors
 from operations.controller.waiting import RealClock
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./-]*$")
-DEFAULT_STATE_DIR = "/var/lib/specops"
 
 
 def resolve(config, on_host=None) -> ServerConfig:
@@ -43,7 +41,7 @@ def resolve(config, on_host=None) -> ServerConfig:
     on_host = host if on_host is None else on_host
     cfg = config if isinstance(config, ServerConfig) else configs.load(str(config))
     launchers = on_host.data.get("specops_launchers") or {}
-    if cfg.engine in launchers and cfg.launcher == configs.DEFAULT_LAUNCHER.get(cfg.engine):
+    if cfg.engine in launchers and cfg.launcher == DEFAULT_LAUNCHER.get(cfg.engine):
         cfg = replace(cfg, launcher=tuple(launchers[cfg.engine]))
     return cfg
 
@@ -82,15 +80,7 @@ def rank_config_issues(cfg: ServerConfig, on_host, hosts, gpu_count) -> list:
 
 
 def _supervisor(name, supervisor, state_dir, python, on_host=None):
-    on_host = host if on_host is None else on_host
-    if not NAME.match(name):
-        raise ConfigError([configs.Issue("name", f"{name!r}: use letters, digits, '.', '_' or '-'", on_host.name)])
-    kind = supervisor or on_host.data.get("specops_supervisor") or "process"
-    state_dir = state_dir or on_host.data.get("specops_state_dir") or DEFAULT_STATE_DIR
-    if not SAFE_PATH.match(state_dir):  # it is written into systemd units, which have their own quoting rules
-        raise ConfigError([configs.Issue("state_dir", f"{state_dir!r}: use an absolute path of letters, digits "
-                                                      f"and / . _ - only", on_host.name)])
-    return supervisor_for(kind, name, state_dir, python)
+    return supervisors.for_host(name, supervisor, state_dir, python, host if on_host is None else on_host)
 
 
 def _file_diffs(sup, files, status) -> None:
@@ -142,7 +132,7 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
         server.running(name="baseline on GPUs 4-7", server_name="base", config=baseline_config)
     """
     if host.data.get("specops_group"):
-        raise ConfigError([configs.Issue("specops_group", f"this host is a rank of multi-node group "
+        raise ConfigError([Issue("specops_group", f"this host is a rank of multi-node group "
                                          f"{host.data.get('specops_group')}: use multinode.running", host.name)])
     summary.watch(state)
     python = host_python(python)
@@ -152,7 +142,7 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
     issues = validate(cfg, HostContext(host.name, len(gpus_now.gpus) if gpus_now.available else None))
     if issues:
         raise ConfigError(issues)
-    status = host.get_fact(ServerStatusFact, directory=sup.directory, port=cfg.port, unit=sup.unit, python=python)
+    status = read_server(host, sup, cfg.port, python)
     if status.unsafe:
         yield summary.failure(f"server.running {server_name}: {status.problem}; nothing changed")
         return
@@ -394,7 +384,7 @@ def stopped(server_name: str = "llm", port: int = 30000, supervisor: str | None 
     port = hostdata.as_port(host, port)  # port=0 would read as "not running" and leave the server up
     python = host_python(python)
     sup = _supervisor(server_name, supervisor, state_dir, python)
-    status = host.get_fact(ServerStatusFact, directory=sup.directory, port=port, unit=sup.unit, python=python)
+    status = read_server(host, sup, port, python)
     if status.unsafe or (status.problem and status.health is not None):
         yield summary.failure(f"server.stopped {server_name}: {status.problem}"
                               + ("" if status.unsafe else f"; something answers on port {port}, and specops "

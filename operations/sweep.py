@@ -29,10 +29,11 @@ from operations.controller import summary
 from operations.reporting import tables as sweep_report
 
 from operations.model import topology
-from operations.model.config import Issue, ServerConfig
+from operations.errors import Issue
+from operations.model.server_config import ServerConfig
 from operations.errors import ConfigError
 from operations.controller.remote import host_python
-from operations.facts.server import recorded_view
+from operations.model.server_state import recorded_view
 from operations.controller.waiting import RealClock
 
 DEFAULT_RUNNER = ("-m", "sglang.bench_serving")  # after the host's Python

@@ -1,6 +1,6 @@
 import sys
 """Small builders for GpuState values used by the pure-logic tests."""
-from operations.facts.gpu import Gpu, GpuProcess, GpuState, GroupMember
+from operations.model.gpus import Gpu, GpuProcess, GpuState, GroupMember
 
 
 def gpus(*used: int, total: int = 81559) -> tuple[Gpu, ...]:

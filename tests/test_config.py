@@ -3,7 +3,7 @@ import pytest
 
 from operations.model import config as configs
 from operations.model.config import ServerConfig, from_mapping
-from operations.model.engines import HostContext, validate
+from operations.model.validation import HostContext, validate
 from operations.errors import ConfigError
 
 from conftest import REPO

@@ -16,7 +16,7 @@ from operations.model import config as configs
 from operations import gpu
 from operations.model import hostdata
 from operations.model.config import from_mapping
-from operations.model.engines import validate
+from operations.model.validation import validate
 from operations.errors import ConfigError
 from operations.controller.idle_converge import Timing
 from test_fault_matrix import _listed, assert_untouched, python_spy, shipped, write_config  # noqa: F401

@@ -1,5 +1,5 @@
 """Planning gpu.idle: who may be stopped, what is protected, when GPUs count as idle."""
-from operations.facts.gpu import GroupMember
+from operations.model.gpus import GroupMember
 from operations.model.idle_plan import Selection, is_idle, plan_idle
 
 from factories import proc, state

@@ -12,7 +12,7 @@ from pyinfra.api import FunctionCommand, StringCommand
 from pyinfra.context import ctx_host, ctx_state
 
 from operations import gpu
-from operations.facts.gpu import GpuStateFact, parse_probe
+from operations.facts.gpu import Gpus
 from operations.controller.remote import readable
 
 CASES = sorted((Path(__file__).parent / "ops" / "gpu.idle").glob("*.json"))
@@ -22,12 +22,12 @@ class FakeHost:
     name = "fake-host"
 
     def __init__(self, probe_doc, data=None):
-        self.state = parse_probe(probe_doc)
+        self.state = probe_doc  # what the fact returns: the probe's JSON document
         self.data = dict(data or {})
         self.noops, self.logs, self.fact_calls = [], [], []
 
     def get_fact(self, fact, **kwargs):
-        assert fact is GpuStateFact
+        assert fact is Gpus
         self.fact_calls.append(kwargs)
         return self.state
 

@@ -1,7 +1,7 @@
 """nvidia-smi CSV and probe-document parsers, on output captured from the real tools."""
 import pytest
 
-from operations.facts.gpu import parse_probe
+from operations.model.gpus import parse_probe
 from operations.remote.probe_gpu import parse_apps_csv, parse_gpu_csv, satisfied
 
 # nvidia-smi 550.54.15 on an 8x H100 node, two GPUs in MIG mode (memory per process is [N/A] there)

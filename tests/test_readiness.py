@@ -1,7 +1,7 @@
 """Readiness verdicts and drift, with scripted server documents on a synthetic clock."""
 from operations.model.config import from_mapping
 from operations.controller.readiness import await_ready
-from operations.facts.server import ServerStatus, drift, recorded_view
+from operations.model.server_state import ServerStatus, drift, recorded_view
 
 from test_idle_converge import FakeClock
 

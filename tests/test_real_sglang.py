@@ -34,7 +34,7 @@ import pytest
 import yaml
 
 from operations.model import config as configs
-from operations.model import engines
+from operations.model import engines, validation
 from operations.model import topology
 from operations.model.config import ServerConfig
 from operations.errors import ConfigError
@@ -180,7 +180,7 @@ def specops_issues(data: dict, name: str, environ=None, host: dict | None = None
         cfg = configs.from_mapping(data, name, environ=environ or {})
     except ConfigError as exc:
         return exc.issues
-    return engines.validate(cfg, engines.HostContext(**(host or {})))
+    return validation.validate(cfg, validation.HostContext(**(host or {})))
 
 
 # ---- the shipped configs ----------------------------------------------------------------------------------------
@@ -513,7 +513,7 @@ def _engine_check_program(python: str, flags: str, text: str) -> list[str]:
 
 
 def _engine_check_input(cfg: ServerConfig) -> tuple[str, str]:
-    from operations.facts import engine as enginecheck
+    from operations.model import engine_check as enginecheck
 
     if hasattr(enginecheck, "check_input"):
         return enginecheck.check_input(cfg, "/etc/specops/engine.yaml")

@@ -15,7 +15,7 @@ from operations.remote import server_ctl
 from operations.model.config import ConfigError, from_mapping, known_configs, load
 from operations.model.engines import AUTO, SecretRef, engine_for, mismatches
 from operations.controller.readiness import placement_problem
-from operations.facts.server import ServerStatus, drift
+from operations.model.server_state import ServerStatus, drift
 from operations.controller.supervisors import Supervisor
 
 SGLANG = engine_for("sglang")
@@ -128,7 +128,7 @@ def test_sidecar_rules(tmp_path):
 
 
 def test_gpu_selection_is_checked_before_anything_runs():
-    from operations.model.engines import HostContext, validate
+    from operations.model.validation import HostContext, validate
 
     def issues(data, gpus=None):
         return [str(i) for i in validate(from_mapping(data, "t"), HostContext("h", gpus))]
@@ -208,7 +208,7 @@ def test_engine_check_program_reads_a_parser_and_its_config_loader(tmp_path):
 def test_a_flag_sharing_its_dest_with_a_deprecated_alias_is_itself():
     # --monokernel-backend (deprecated, choices ['amd']) shares the dest of the switch --enable-amd-monokernel
     cfg = from_mapping({"model-path": "m", "enable-amd-monokernel": True}, "t")
-    from operations.model.engines import validate
+    from operations.model.validation import validate
 
     assert validate(cfg) == []
     assert yaml.safe_load(SGLANG.engine_yaml(cfg))["enable-amd-monokernel"] is True
@@ -231,7 +231,7 @@ def test_desired_values_are_compared_as_sglangs_parser_makes_them(data, info):
 def test_attention_dp_runs_on_the_tp_gpus():
     cfg = from_mapping({"model-path": "m", "tp-size": 8, "dp-size": 8, "enable-dp-attention": True}, "t")
     assert cfg.gpu_indices() == list(range(8))
-    from operations.model.engines import HostContext, validate
+    from operations.model.validation import HostContext, validate
 
     assert validate(cfg, HostContext("h", 8)) == []
 
@@ -281,7 +281,7 @@ def test_sidecar_paths_and_broken_links(tmp_path):
 
 
 def test_launch_env_orders_gpus_as_nvidia_smi_does_and_null_topology_is_an_issue(tmp_path):
-    from operations.model.engines import validate
+    from operations.model.validation import validate
 
     cfg = from_mapping({"model-path": "m", "specops": {"gpus": [3]}}, "t")
     script = next(f for f in Supervisor("llm", str(tmp_path)).files(cfg) if f.path.endswith("launch.sh")).content

@@ -9,7 +9,7 @@ import math
 from dataclasses import astuple, dataclass, field
 from typing import Callable
 
-from operations.facts.gpu import GpuProcess, GpuState
+from operations.model.gpus import GpuProcess, GpuState
 from operations.model.idle_plan import IdlePlan, Selection, Target, held_mib, is_idle, unprotected, unreadable
 from operations.controller.waiting import Clock, Deadline, ReadCost, Stable, poll
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from operations.model.config import ServerConfig
+from operations.model.server_config import ServerConfig
 from operations.model.engines import engine_for, mismatches
 from operations.controller.waiting import Clock, Deadline, ReadCost, poll
 

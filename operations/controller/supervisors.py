@@ -7,10 +7,15 @@ from dataclasses import dataclass
 
 from pyinfra.api import StringCommand
 
-from operations.model.config import ServerConfig
+from operations.errors import ConfigError
+
+from operations.model.server_config import ServerConfig
 from operations.model.engines import SecretRef, engine_for
 from operations.controller.remote import python_script
 from operations.model.render import render
+from operations.model.validation import server_place_issues
+
+DEFAULT_STATE_DIR = "/var/lib/specops"
 
 
 @dataclass(frozen=True)
@@ -105,13 +110,19 @@ class SystemdSupervisor(Supervisor):
 
 
 def supervisor_for(kind: str, name: str, state_dir: str, python: str) -> Supervisor:
-    if kind == "process":
-        return Supervisor(name, state_dir, python)
-    if kind == "systemd":
-        return SystemdSupervisor(name, state_dir, python)
-    from operations.model.config import Issue
-    from operations.errors import ConfigError
+    """The supervisor ``kind`` for server ``name`` under ``state_dir``; a ConfigError listing what is invalid."""
+    issues = server_place_issues(name, state_dir, kind)
+    if issues:
+        raise ConfigError(issues)
+    return (SystemdSupervisor if kind == "systemd" else Supervisor)(name, state_dir, python)
 
-    # a config error like the others (listed plainly, before anything runs), not an internal exception
-    raise ConfigError([Issue("supervisor", f"must be 'process' or 'systemd' (host data specops_supervisor), "
-                                           f"got {kind!r}")])
+
+def for_host(name: str, supervisor: str | None, state_dir: str | None, python: str, on_host) -> Supervisor:
+    """The supervisor of server ``name`` on ``on_host``: the arguments, else host data ``specops_supervisor`` and
+    ``specops_state_dir``, else a plain process under /var/lib/specops."""
+    kind = supervisor or on_host.data.get("specops_supervisor") or "process"
+    state_dir = state_dir or on_host.data.get("specops_state_dir") or DEFAULT_STATE_DIR
+    issues = server_place_issues(name, state_dir, kind, on_host.name)
+    if issues:
+        raise ConfigError(issues)
+    return supervisor_for(kind, name, state_dir, python)

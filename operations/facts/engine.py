@@ -5,52 +5,13 @@ A rejected flag fails the host with SGLang's own message; a version other than t
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
-from operations.model.engines import sglang_args
-from operations.model.config import ServerConfig
-from operations.model.engines import SecretRef, engine_for
 from operations.controller.remote import guarded, python_script
-
-
-@dataclass(frozen=True)
-class EngineCheck:
-    python: str | None  # the interpreter asked; None: the launcher does not name one (nothing was asked)
-    version: str | None = None
-    ok: bool = True
-    error: str | None = None
-
-    @property
-    def skipped(self) -> str | None:
-        """Why nothing was asked (said in the plan, so a skipped check is never mistaken for a passed one)."""
-        if self.python is None:
-            return ("the host's SGLang was not asked to parse the command line: the launcher is not "
-                    "`PYTHON -m MODULE` (set host data specops_engine_python to name its interpreter)")
-        return None
-
-    @property
-    def skew(self) -> str | None:
-        """A note when the host runs another SGLang than the flag table specops validated against."""
-        if self.ok and self.version and self.version != sglang_args.SGLANG_VERSION:
-            return (f"the host runs SGLang {self.version}; specops' flag table is {sglang_args.SGLANG_VERSION} "
-                    f"(the host's parser accepted the command line; regenerate the table with "
-                    f"scripts/sglang_table.py to validate against {self.version} before contact)")
-        return None
-
-    @property
-    def notes(self) -> list[str]:
-        """What the plan says of the check besides a refusal: a version skew, or that nothing was asked."""
-        return [n for n in (self.skew, self.skipped) if n]
-
-    @property
-    def problem(self) -> str | None:
-        if self.ok:
-            return None
-        version = f"SGLang {self.version}" if self.version else "SGLang"
-        return f"the host's {version} ({self.python}) refuses the command line: {self.error}"
+from operations.model.server_config import ServerConfig
+from operations.model.engine_check import EngineCheck, check_input
 
 
 def engine_python(cfg: ServerConfig, on_host) -> str | None:
@@ -63,15 +24,7 @@ def engine_python(cfg: ServerConfig, on_host) -> str | None:
     return launcher[0] if len(launcher) >= 3 and launcher[1] == "-m" else None
 
 
-def check_input(cfg: ServerConfig, config_path: str) -> tuple[str, str]:
-    """(the flags as JSON, the engine file) that the host's parser is given; secrets as a placeholder."""
-    engine = engine_for(cfg.engine)
-    argv = engine.launch_argv(cfg, config_path)[len(cfg.launcher):]
-    flags = [f"{a.prefix}<secret>" if isinstance(a, SecretRef) else str(a) for a in argv]
-    return json.dumps(flags), engine.engine_yaml(cfg) or ""
-
-
-class EngineCheckFact(FactBase):
+class EngineParse(FactBase):
     """
     What the host's own SGLang says of a command line: ``version``, ``ok`` and its parser's ``error``.
 
@@ -98,5 +51,5 @@ def check_engine(cfg: ServerConfig, config_path: str, on_host) -> EngineCheck:
     if python is None:
         return EngineCheck(None)
     flags, engine_yaml = check_input(cfg, config_path)
-    doc = on_host.get_fact(EngineCheckFact, python=python, flags=flags, engine_yaml=engine_yaml)
+    doc = on_host.get_fact(EngineParse, python=python, flags=flags, engine_yaml=engine_yaml)
     return EngineCheck(python, doc.get("version"), bool(doc.get("ok")), doc.get("error"))

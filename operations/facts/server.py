@@ -1,54 +1,16 @@
-"""What a host's server is doing: the ``ServerStatusFact`` and drift (desired config vs what is running)."""
+"""The ``Server`` fact: what the server specops manages in a directory is doing, as server_ctl's JSON document."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
 
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
-from operations.model.config import VERIFY_KEYS, ServerConfig
-from operations.model.engines import engine_for, mismatches
 from operations.controller.remote import guarded, python_script
+from operations.model.server_state import ServerStatus, parse_status
 
 
-@dataclass(frozen=True)
-class ServerStatus:
-    alive: bool = False  # the process specops started is running
-    pid: int | None = None
-    status: str = "absent"  # absent | starting | running | stopped | failed
-    config_hash: str | None = None
-    recorded: dict = field(default_factory=dict)  # masked args and verify settings it was started with
-    health: int | None = None  # /health status code on the server's port (None: nothing listens)
-    server_info: dict | None = None  # /server_info (or /get_server_info), masked on the host
-    launch_sh: str | None = None
-    engine_yaml: str | None = None  # the --config file the engine was started from
-    unit_file: str | None = None
-    error: str | None = None
-    problem: str | None = None  # the server directory is unsafe, or its state.json corrupt (then set aside)
-
-    @property
-    def unsafe(self) -> bool:
-        """The server directory sits in a tree another local user could write: nothing may be done there."""
-        return bool(self.problem) and self.problem.startswith("unsafe")
-
-    @property
-    def foreign(self) -> bool:
-        """Something answers on the port, but not the process specops started (e.g. restarted by hand)."""
-        return not self.alive and self.health is not None
-
-
-def parse_status(doc: dict) -> ServerStatus:
-    if "error" in doc:
-        return ServerStatus(error=doc["error"])
-    state = doc.get("state") or {}
-    return ServerStatus(alive=bool(doc.get("alive")), pid=state.get("pid"), status=state.get("status", "absent"),
-                        config_hash=state.get("config_hash"), recorded=state.get("recorded") or {},
-                        health=doc.get("health"), server_info=doc.get("server_info"), launch_sh=doc.get("launch_sh"),
-                        engine_yaml=doc.get("engine_yaml"), unit_file=doc.get("unit_file"), problem=doc.get("problem"))
-
-
-class ServerStatusFact(FactBase):
+class Server(FactBase):
     """
     The server specops manages in ``directory``: liveness, recorded config hash, /health and /server_info.
 
@@ -59,60 +21,23 @@ class ServerStatusFact(FactBase):
     """
 
     @staticmethod
-    def default() -> ServerStatus:
-        return ServerStatus(error="no output")
+    def default() -> dict:
+        return {"error": "no output"}
 
     def command(self, directory: str, port: int, unit: str | None = None, python: str = "python3"):
         args = ["status", directory, str(port)] + ([unit] if unit else [])
         missing = json.dumps({"error": f"{python} not found on host"})
         return guarded(python, python_script(python, "server_ctl.py", *args), missing)
 
-    def process(self, output: list[str]) -> ServerStatus:
+    def process(self, output: list[str]) -> dict:
         try:
-            return parse_status(json.loads("\n".join(output)))
+            doc = json.loads("\n".join(output))
+            parse_status(doc)  # refuse a document the model cannot read here, where the output is at hand
+            return doc
         except (ValueError, KeyError, TypeError) as exc:
             raise FactProcessError(f"unreadable server status: {exc}") from exc
 
 
-@dataclass(frozen=True)
-class FieldChange:
-    field: str
-    current: object
-    desired: object
-    restart: bool
-
-    def __str__(self) -> str:
-        return f"~ {self.field}: {_show(self.current)} -> {_show(self.desired)} ({'restart' if self.restart else 'no restart'})"
-
-
-def _show(value) -> str:
-    return "(unset)" if value is None else json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-
-
-def recorded_view(cfg: ServerConfig, engine_version: str | None = None) -> dict:
-    """What state.json remembers of a config: masked args, the verification settings, the GPUs and the engine
-    version the host's own engine reported before the start."""
-    return {"args": cfg.masked_args(), "verify": {k: getattr(cfg, k) for k in VERIFY_KEYS},
-            "gpus": cfg.gpu_indices(), "engine": {"name": cfg.engine, "version": engine_version}}
-
-
-def drift(cfg: ServerConfig, status: ServerStatus) -> list[FieldChange]:
-    """Per-field changes from what runs (the live server's own report, else what specops recorded) to ``cfg``."""
-    engine = engine_for(cfg.engine)
-    desired = engine.desired_view(cfg)
-    if status.server_info:
-        current = engine.reported_view(cfg, status.server_info)
-    elif status.recorded:  # what it was started with, resolved the same way
-        masked = {k: v for k, v in status.recorded.get("args", {}).items() if v != "<secret>"}
-        current = engine.desired_view(replace(cfg, args=masked), keys=list(desired))
-    else:
-        current = {}
-    changes = [FieldChange(k, now, want, True) for k, now, want in mismatches(desired, current) if current]
-    recorded_args = status.recorded.get("args", {})
-    changes += [FieldChange(k, "<secret>", "<secret, changed>", True) for k in cfg.args
-                if cfg.is_secret(k) and status.config_hash and status.config_hash != cfg.config_hash
-                and k in recorded_args and not changes]
-    verify = status.recorded.get("verify", {})
-    changes += [FieldChange(k, verify.get(k), getattr(cfg, k), False) for k in VERIFY_KEYS
-                if verify and verify.get(k) != getattr(cfg, k)]
-    return changes
+def read_server(on_host, sup, port: int, python: str) -> ServerStatus:
+    """The Server fact of ``on_host`` for supervisor ``sup``'s directory and unit, as a ServerStatus."""
+    return parse_status(on_host.get_fact(Server, directory=sup.directory, port=port, unit=sup.unit, python=python))

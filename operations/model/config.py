@@ -26,127 +26,21 @@ a :class:`ServerConfig` to ``server.running``.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import os
 import re
 import stat
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
 
-from operations.errors import ConfigError
+from operations.errors import ConfigError, Issue
+from operations.model.engines import engine_for
+from operations.model.server_config import ENGINES, SPECOPS_KEYS, ServerConfig
+from operations.model.validation import specops_value_issues, validate
 
-# SGLang's own secret flags (the host masks fields named like these in what the server reports: remote_common)
-SECRET_ARGS = frozenset({"api_key", "admin_api_key", "ssl_keyfile_password", "watermark_config"})
-# HF_TOKEN, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD; not TOKENIZERS_PARALLELISM
-SECRET_ENV = re.compile(r"(^|_)(TOKEN|KEY|SECRET|PASSWORD|PASSWD)(_|$)", re.I)
-ENGINES = ("sglang", "vllm")
-DEFAULT_LAUNCHER = {"sglang": ("python3", "-m", "sglang.launch_server"), "vllm": ("vllm", "serve")}
-# specops keys whose change needs no restart: they only steer verification
-VERIFY_KEYS = ("min_accept_length", "ready_timeout_s", "prompt", "stop_grace_s")
-SPECOPS_KEYS = frozenset({"engine", "launcher", "env", "secret_fields", "gpus", "name", *VERIFY_KEYS})
+__all__ = ["ServerConfig", "from_mapping", "load", "known_configs"]  # ServerConfig: built here, defined in server_config
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-@dataclass(frozen=True)
-class Issue:
-    field: str
-    message: str
-    host: str = "*"
-
-    def __str__(self) -> str:
-        return f"[{self.host}] {self.field}: {self.message}"
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """A desired server: engine, its arguments (by dest), environment, secrets and verification settings."""
-
-    name: str
-    engine: str = "sglang"
-    args: dict = field(default_factory=dict)  # dest -> value (sglang) / option name -> value (vllm)
-    env: dict = field(default_factory=dict)
-    secret_fields: frozenset = frozenset()  # arg dests and env names whose values are secret
-    launcher: tuple = ()
-    min_accept_length: float | None = None
-    ready_timeout_s: float = 900.0
-    prompt: str = "The capital of France is"
-    stop_grace_s: float = 30.0
-    gpus: tuple | None = None  # GPU indices the server uses (default: 0 .. tp*dp-1 on the node)
-    source: str = "<python>"
-
-    def __post_init__(self):
-        if not self.launcher:
-            object.__setattr__(self, "launcher", DEFAULT_LAUNCHER.get(self.engine, ()))
-
-    # --- secrets -----------------------------------------------------------------------------------
-    def is_secret(self, key: str) -> bool:
-        return key in self.secret_fields or key in SECRET_ARGS or (key in self.env and bool(SECRET_ENV.search(key)))
-
-    # an env var that is secret but not passed as a flag still needs exporting from secrets.env
-
-    def redact(self, text: str) -> str:
-        """``text`` with every secret value of this config replaced by ``<secret>`` (for server log lines, which
-        may echo the server's own arguments or environment)."""
-        values = {str(v) for k, v in self.args.items() if self.is_secret(k) and v not in (None, "")}
-        values |= {str(v) for k, v in self.env.items() if self.is_secret(k) and v != ""}
-        for value in sorted(values, key=len, reverse=True):
-            text = text.replace(value, "<secret>")
-        return text
-
-    def masked_args(self) -> dict:
-        return {k: "<secret>" if self.is_secret(k) and v is not None else v for k, v in self.args.items()}
-
-    # --- identity ------------------------------------------------------------------------------------
-    def restart_identity(self) -> dict:
-        """Everything whose change needs a restart (secrets by digest only)."""
-        def digest(v):
-            return "sha256:" + hashlib.sha256(str(v).encode()).hexdigest()[:16]
-        args = {k: digest(v) if self.is_secret(k) else v for k, v in sorted(self.args.items())}
-        env = {k: digest(v) if self.is_secret(k) else v for k, v in sorted(self.env.items())}
-        return {"engine": self.engine, "launcher": list(self.launcher), "args": args, "env": env,
-                "gpus": list(self.gpus) if self.gpus is not None else None}
-
-    @property
-    def config_hash(self) -> str:
-        blob = json.dumps(self.restart_identity(), sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-    # --- convenience ---------------------------------------------------------------------------------
-    @property
-    def speculative(self) -> bool:
-        if self.engine == "vllm":
-            return bool(self.args.get("speculative_config"))
-        return bool(self.args.get("speculative_algorithm"))
-
-    @property
-    def port(self) -> int:
-        return int(self.args.get("port", 30000 if self.engine == "sglang" else 8000))
-
-    def gpu_count(self) -> int:
-        if self.engine == "vllm":
-            return int(self.args.get("tensor_parallel_size", 1)) * int(self.args.get("data_parallel_size", 1))
-        # with attention DP the dp ranks share the tp GPUs (SGLang reports dp_size 1, attn_dp_size = dp)
-        dp = 1 if self.args.get("enable_dp_attention") else int(self.args.get("dp_size") or 1)
-        return int(self.args.get("tp_size") or 1) * dp // int(self.args.get("nnodes") or 1)
-
-    def gpu_indices(self) -> list[int]:
-        """The host's GPUs this server runs on (CUDA_VISIBLE_DEVICES at launch): ``specops.gpus``, else SGLang's
-        base-gpu-id and gpu-id-step counted from GPU 0, else the first tp x dp / nnodes GPUs."""
-        if self.gpus is not None:
-            return list(self.gpus)
-        base, step = 0, 1
-        if self.engine == "sglang":
-            base, step = int(self.args.get("base_gpu_id") or 0), int(self.args.get("gpu_id_step") or 1)
-        return [base + i * step for i in range(max(1, self.gpu_count()))]
-
-    def with_args(self, **changes) -> "ServerConfig":
-        return replace(self, args={**self.args, **changes})
-
 
 def _resolve_env_refs(value, where: str, issues: list[Issue], environ):
     if not isinstance(value, str):
@@ -159,52 +53,6 @@ def _resolve_env_refs(value, where: str, issues: list[Issue], environ):
         return environ[m.group(1)]
 
     return _ENV_REF.sub(sub, value)
-
-
-def _is_number(value) -> bool:
-    """A finite int or float (YAML's ``.nan`` and ``.inf`` are floats too, and would make a wait never end)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _specops_value_issues(meta: dict) -> list[Issue]:
-    """Types of the specops section's values (a wrong one would otherwise surface as a traceback, or worse)."""
-    issues = []
-
-    def bad(key, message):
-        issues.append(Issue(f"specops.{key}", message))
-
-    for key, low, optional in (("ready_timeout_s", 0, False), ("stop_grace_s", 0, False),
-                               ("min_accept_length", 0, True)):
-        if key not in meta or (optional and meta[key] is None):
-            continue
-        value = meta[key]
-        if not _is_number(value) or value < low or (key == "ready_timeout_s" and value == 0):
-            bad(key, f"must be a finite number {'>' if key == 'ready_timeout_s' else '>='} {low}, got {value!r}")
-    for key in ("prompt", "name"):
-        if key in meta and not (isinstance(meta[key], str) and meta[key]):
-            bad(key, f"must be a non-empty string, got {meta[key]!r}")
-    env = meta.get("env")
-    if env is not None and not isinstance(env, dict):
-        bad("env", f"must be a mapping of NAME: value, got {type(env).__name__}")
-    elif env:
-        for k, v in env.items():
-            if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-                bad(f"env.{k}", f"must be a string or a number, got {type(v).__name__}")  # no value: may be secret
-    launcher = meta.get("launcher")
-    if launcher is not None and not (
-            (isinstance(launcher, str) and launcher.split())
-            or (isinstance(launcher, list) and launcher and all(isinstance(a, str) and a for a in launcher))):
-        bad("launcher", f"must be a command: a string or a non-empty list of strings, got {launcher!r}")
-    secret_fields = meta.get("secret_fields")
-    if secret_fields is not None and not (isinstance(secret_fields, list)
-                                          and all(isinstance(f, str) for f in secret_fields)):
-        bad("secret_fields", f"must be a list of field names, got {secret_fields!r}")
-    gpus = meta.get("gpus")
-    if gpus is not None and not (isinstance(gpus, list) and gpus and all(_is_number(g) and int(g) == g and g >= 0
-                                                                         for g in gpus)
-                                 and len(set(gpus)) == len(gpus)):
-        bad("gpus", f"must be a list of distinct GPU indices (integers >= 0), got {gpus!r}")
-    return issues
 
 
 def _field(name: str) -> str:
@@ -224,7 +72,7 @@ def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) 
     unknown = set(meta) - SPECOPS_KEYS
     issues += [Issue(f"specops.{k}", f"unknown specops key (known: {', '.join(sorted(SPECOPS_KEYS))})")
                for k in sorted(unknown, key=str)]
-    value_issues = _specops_value_issues(meta)
+    value_issues = specops_value_issues(meta)
     issues += value_issues
     invalid = {i.field[len("specops."):] for i in value_issues}  # these fall back to defaults below
     meta = {k: v for k, v in meta.items() if k not in invalid}
@@ -235,8 +83,6 @@ def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) 
     if not engine_known:
         issues.append(Issue("specops.engine", f"{engine!r} is not one of {ENGINES}"))
         engine = "sglang"
-    from operations.model.engines import engine_for  # late: engines import this module
-
     args = {}
     for key, value in data.items():
         if key == "specops":
@@ -266,8 +112,6 @@ def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) 
         # list every error in one go: the engine's rules that need no host (flags, types, speculative settings,
         # ports) too, except on fields already reported here (an unset ${VAR} is not also "required")
         if engine_known:
-            from operations.model.engines import validate
-
             seen = {_field(i.field) for i in issues}
             issues += [i for i in validate(cfg) if _field(i.field) not in seen]
         raise ConfigError(issues)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from operations.model.config import Issue
+from operations.errors import Issue
 from operations.errors import ConfigError
 
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")

@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from operations.facts.gpu import GpuProcess, GpuState
+from operations.model.gpus import GpuProcess, GpuState
 
 # Never signalled, and their (small) memory does not count against idle.
 DEFAULT_PROTECTED = ("nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "nv-fabricmanager",

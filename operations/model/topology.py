@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from operations.model.config import Issue, ServerConfig
+from operations.errors import Issue
+from operations.model.server_config import ServerConfig
 
 DIST_PORT = 20000
 

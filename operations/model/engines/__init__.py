@@ -13,7 +13,13 @@ import yaml
 from operations.model.engines import sglang_args
 
 from operations.model.engines import sglang_resolve
-from operations.model.config import SECRET_ARGS, Issue, ServerConfig
+from typing import TYPE_CHECKING
+
+from operations.errors import Issue
+from operations.model.server_config import API_KEYS, ServerConfig
+
+if TYPE_CHECKING:  # validation calls the engines; the engines only name its host description
+    from operations.model.validation import HostContext
 
 SGLANG_ALGORITHMS = sglang_resolve.KNOWN
 # need a draft model path (EAGLE / NEXTN without one use the target checkpoint's own MTP layers, DeepSeek-style)
@@ -32,15 +38,6 @@ class SecretRef:
     @property
     def variable(self) -> str:
         return "SPECOPS_SECRET_" + self.key.upper()
-
-
-@dataclass(frozen=True)
-class HostContext:
-    """What validation knows about the host a config is for."""
-
-    name: str = "*"
-    gpu_count: int | None = None  # GPUs on the host, when known
-    group_size: int | None = None  # hosts in the inventory group that serves one model (multi-node)
 
 
 def _port_issues(cfg: ServerConfig, key: str) -> list[Issue]:
@@ -77,7 +74,7 @@ def _api_key_issues(cfg: ServerConfig) -> list[Issue]:
     """API keys are sent as HTTP header values by every client (our readiness checks, the benchmark): one that
     cannot be is refused here, not found 30 s later as "not ready"."""
     issues = []
-    for dest in sorted(SECRET_ARGS & set(cfg.args)):
+    for dest in sorted(set(API_KEYS) & set(cfg.args)):
         value = cfg.args[dest]
         problem = _header_problem(value) if isinstance(value, str) else None
         if problem:
@@ -463,7 +460,3 @@ def mismatches(desired: dict, current: dict) -> list[tuple[str, object, object]]
 
 def engine_for(name: str):
     return ENGINE_TABLE[name]
-
-
-def validate(cfg: ServerConfig, ctx: HostContext = HostContext()) -> list[Issue]:
-    return engine_for(cfg.engine).validate(cfg, ctx)
