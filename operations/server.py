@@ -19,7 +19,7 @@ from operations.controller import lease as lock
 from operations.controller import output as report
 from operations.controller import summary
 from operations.model import topology
-from operations.model.server_config import DEFAULT_LAUNCHER, ServerConfig
+from operations.model.server_config import ServerConfig
 from operations.model.validation import HostContext, validate
 from operations.errors import ConfigError, Issue
 from operations.facts.gpu import read_gpus
@@ -38,12 +38,7 @@ from operations.controller.waiting import RealClock
 
 def resolve(config, on_host=None) -> ServerConfig:
     """A ServerConfig, or a config name/path loaded from configs/; the host's launcher override applied."""
-    on_host = host if on_host is None else on_host
-    cfg = config if isinstance(config, ServerConfig) else configs.load(str(config))
-    launchers = on_host.data.get("specops_launchers") or {}
-    if cfg.engine in launchers and cfg.launcher == DEFAULT_LAUNCHER.get(cfg.engine):
-        cfg = replace(cfg, launcher=tuple(launchers[cfg.engine]))
-    return cfg
+    return hostdata.config_for(config, host if on_host is None else on_host)
 
 
 def check_inventory(config, hosts) -> ServerConfig:

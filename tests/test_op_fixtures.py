@@ -68,7 +68,7 @@ def test_fixture(case):
     assert host.noops == ([spec["noop"]] if spec.get("noop") else [])
     for expected in spec.get("logs", []):
         assert any(expected in line for line in host.logs), (expected, host.logs)
-    assert host.fact_calls == [{"python": spec.get("data", {}).get("specops_python", "python3"), "devices": None}]
+    assert host.fact_calls == [{"python": spec.get("data", {}).get("specops_python", "python3"), "devices": "/dev/nvidia*"}]
 
 
 def test_every_fixture_is_exercised():

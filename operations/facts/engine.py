@@ -9,7 +9,10 @@ import json
 from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 
-from operations.controller.remote import guarded, python_script
+from operations.controller import supervisors
+from operations.controller.remote import guarded, host_python, python_script
+from operations.errors import ConfigError, Issue
+from operations.model import hostdata
 from operations.model.server_config import ServerConfig
 from operations.model.engine_check import EngineCheck, check_input
 
@@ -26,14 +29,25 @@ def engine_python(cfg: ServerConfig, on_host) -> str | None:
 
 class EngineParse(FactBase):
     """
-    What the host's own SGLang says of a command line: ``version``, ``ok`` and its parser's ``error``.
+    What the host's own SGLang says of a command line: ``version``, ``ok`` and its parser's ``error`` (a JSON
+    document). Give ``config`` (a name in configs/ or a path) to check the command line ``server.running`` would
+    start on this host, or ``python``, ``flags`` and ``engine_yaml`` to check exactly those.
 
-    + python: the engine's interpreter on the host
-    + flags: the command line's flags (JSON list, secrets replaced)
+    + config: the config whose command line is checked (default: host data ``config``)
+    + python: the engine's interpreter on the host (default: the config's launcher Python, or host data
+      ``specops_engine_python``)
+    + flags: the command line's flags (a list, or its JSON; secrets replaced)
     + engine_yaml: the ``--config`` file's content
+
+    **Example:** ``pyinfra inventory/sim.py fact operations.facts.engine.EngineParse config=eagle3-llama3.1-8b``
     """
 
-    def command(self, python: str, flags: str, engine_yaml: str):
+    def command(self, config: str | None = None, python: str | None = None, flags: str | None = None,
+                engine_yaml: str | None = None):
+        if flags is None:
+            python, flags, engine_yaml = _from_config(config, python)
+        elif not isinstance(flags, str):  # the CLI hands ``flags=[...]`` over as a list
+            flags = json.dumps(list(flags))
         missing = json.dumps({"ok": False, "version": None, "error": f"{python} not found on the host"})
         return guarded(python, python_script(python, "engine_check.py", flags, engine_yaml), missing)
 
@@ -43,6 +57,21 @@ class EngineParse(FactBase):
         except (ValueError, IndexError) as exc:
             raise FactProcessError(f"unreadable engine check: {exc}") from exc
         return doc if isinstance(doc, dict) else {"ok": False, "error": "unreadable engine check"}
+
+
+def _from_config(config, python):
+    from pyinfra import host  # the host this fact is read on (the CLI and operations both set it)
+
+    config = config or host.data.get("config")
+    if not config:
+        raise ConfigError([Issue("config", "EngineParse needs config=NAME (or python=, flags= and engine_yaml=)",
+                                 host.name)])
+    cfg = hostdata.config_for(config, host)
+    python = python or engine_python(cfg, host)
+    if python is None:
+        raise ConfigError([Issue("launcher", f"{cfg.launcher}: not `PYTHON -m MODULE`; give python=", host.name)])
+    yaml_path = supervisors.for_host("llm", None, None, host_python(None, host), host).path("engine.yaml")
+    return (python, *check_input(cfg, yaml_path))
 
 
 def check_engine(cfg: ServerConfig, config_path: str, on_host) -> EngineCheck:

@@ -6,7 +6,7 @@ import json
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.exceptions import FactProcessError
 
-from operations.controller.remote import guarded, python_script
+from operations.controller.remote import guarded, host_python, python_script
 from operations.model.gpus import DEFAULT_DEVICES, GpuState, parse_probe
 
 
@@ -24,7 +24,12 @@ class Gpus(FactBase):
     """
     GPUs and their compute processes, via pynvml with an nvidia-smi fallback, in one round trip.
 
-    + python: the interpreter on the host that runs the probe (pynvml is used if it can import it)
+    Every argument has a default from the host's data, so ``pyinfra INVENTORY fact operations.facts.gpu.Gpus``
+    reads a host as specops' operations do; the fact is the probe's JSON document (``model.gpus.parse_probe``
+    reads it).
+
+    + python: the interpreter on the host that runs the probe (pynvml is used if it can import it; default: host
+      data ``specops_python``, else python3)
     + nvml: set False to skip pynvml and read nvidia-smi only
     + wait: JSON condition the probe samples for on the host before answering (see probe_gpu.py)
     + devices: glob of the GPU device files a CUDA process holds open (default ``/dev/nvidia*``; host data
@@ -45,9 +50,11 @@ class Gpus(FactBase):
     def default() -> dict:
         return {"source": "none", "errors": ["probe produced no output"]}
 
-    def command(self, python: str = "python3", nvml: bool = True, wait: str | None = None,
+    def command(self, python: str | None = None, nvml: bool = True, wait: str | None = None,
                 devices: str | None = None, holders: bool = False):
-        return probe_command(python, nvml, wait, devices, holders)
+        from pyinfra import host  # the host this fact is read on (the CLI and operations both set it)
+
+        return probe_command(host_python(python, host), nvml, wait, devices or gpu_devices(host), holders)
 
     def process(self, output: list[str]) -> dict:
         try:
@@ -58,9 +65,9 @@ class Gpus(FactBase):
             raise FactProcessError(f"unreadable GPU probe output: {exc}: {output[-3:]!r}") from exc
 
 
-def gpu_devices(on_host) -> str | None:
-    """The device glob for this host (host data ``specops_gpu_devices``), None for the default /dev/nvidia*."""
-    return on_host.data.get("specops_gpu_devices")
+def gpu_devices(on_host) -> str:
+    """The device glob for this host: host data ``specops_gpu_devices``, else /dev/nvidia*."""
+    return on_host.data.get("specops_gpu_devices") or DEFAULT_DEVICES
 
 
 def read_gpus(on_host, python: str, **kwargs) -> GpuState:

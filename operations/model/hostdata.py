@@ -22,9 +22,12 @@ The ``as_*`` functions check a value already in hand (an operation argument) the
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from operations.errors import Issue
 from operations.errors import ConfigError
+from operations.model.config import load
+from operations.model.server_config import DEFAULT_LAUNCHER, ServerConfig
 
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
@@ -191,3 +194,13 @@ def gather(*readers):
     if issues:
         raise ConfigError(issues)
     return values
+
+
+def config_for(config, on_host) -> ServerConfig:
+    """A ServerConfig, or a config name/path loaded from configs/, as ``on_host`` runs it: host data
+    ``specops_launchers`` ({engine: argv}) replaces the engine's default launcher."""
+    cfg = config if isinstance(config, ServerConfig) else load(str(config))
+    launchers = on_host.data.get("specops_launchers") or {}
+    if cfg.engine in launchers and cfg.launcher == DEFAULT_LAUNCHER.get(cfg.engine):
+        cfg = replace(cfg, launcher=tuple(launchers[cfg.engine]))
+    return cfg

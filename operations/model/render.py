@@ -14,7 +14,7 @@ def templates_root():
     try:
         return resources.files("operations.templates")
     except ModuleNotFoundError:  # running from a source checkout: templates/ beside operations/
-        return Path(__file__).resolve().parent.parent / "templates"
+        return Path(__file__).resolve().parents[2] / "templates"
 
 
 @lru_cache(maxsize=1)
