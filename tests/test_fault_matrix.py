@@ -371,7 +371,7 @@ def test_6_unknown_config_name_lists_the_known_ones_and_contacts_no_host(sim, py
 
 
 @pytest.mark.parametrize("data, fragment", [
-    (("specops_supervisor=upstart",), "[*] supervisor: must be 'process' or 'systemd'"),
+    (("specops_supervisor=upstart",), "[@local] supervisor: must be 'process' or 'systemd'"),
     (("specops_state_dir=relative/dir",), "[@local] state_dir: 'relative/dir': use an absolute path"),
 ], ids=["supervisor", "state_dir"])
 def test_6_bad_host_data_is_a_config_error_before_any_host_command(data, fragment, sim, configs, python_spy):

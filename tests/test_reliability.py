@@ -367,6 +367,17 @@ def test_12_dry_run_of_a_start_without_a_driver_fails_and_names_the_reason(serve
 
 
 @needs_root
+def test_12_dry_run_of_a_blocked_start_fails_with_the_verdict_and_signals_nothing(server_sim, configs):
+    theirs = server_sim.hold([0], 50000, user="nobody")
+    dry = converge(server_sim, configs["eagle3-llama3.1-8b"], "--dry")
+    assert dry.rc == 1, dry
+    verdict = "blocked: GPU 0 held by processes this operation may not stop"
+    assert f"will fail: server.running llm: gpu.idle would refuse GPU 0: {verdict}" in dry.out, dry
+    assert f"WOULD FAIL @local: server.running llm: gpu.idle would refuse GPU 0: {verdict}" in dry.out, dry
+    assert theirs.alive() and not (server_sim.root / "servers" / "llm").exists()
+
+
+@needs_root
 def test_12_dry_run_of_a_blocked_idle_fails(sim):
     sim.hold([1], 2000, user="nobody")
     dry = idle(sim, "--dry")
