@@ -29,7 +29,7 @@ from operations.controller import output as report
 
 from operations import server
 
-from operations.controller import summary
+from operations.controller import summary, supervisors, transition
 
 from operations.model import topology
 from operations.errors import Issue
@@ -131,7 +131,7 @@ def _read_group(rank, config, server_name, supervisor, state_dir, python) -> Gro
         h_rank = topology.rank_of(h, state.inventory)
         h_python = host_python(python, on_host=h)
         cfg = topology.for_rank(server.resolve(config, on_host=h), h_rank)
-        sup = server._supervisor(server_name, supervisor, state_dir, h_python, on_host=h)
+        sup = supervisors.for_host(server_name, supervisor, state_dir, h_python, h)
         status = None
         if h in state.active_hosts:
             try:
@@ -153,7 +153,7 @@ def _read_group(rank, config, server_name, supervisor, state_dir, python) -> Gro
 
 def _validated(me: Member) -> None:
     gpus_now = read_gpus(host, me.python)
-    issues = server.rank_config_issues(me.cfg, host, list(state.inventory),
+    issues = topology.rank_config_issues(me.cfg, host, list(state.inventory),
                                        len(gpus_now.gpus) if gpus_now.available else None)
     if issues:
         raise ConfigError(issues)
@@ -191,7 +191,7 @@ def _stop_and_idle(config, server_name, supervisor, state_dir, idle, users, grac
             report.log(host, f"    {change}")
         for note in me.check.notes if me.check and me.cfg.engine == "sglang" else ():
             report.log(host, f"    note: {note}", fg="yellow")
-    yield from server.stop_and_idle(me.sup, me.cfg, me.status.alive, idle, users, grace_s, idle_deadline_s,
+    yield from transition.stop_and_idle(me.sup, me.cfg, me.status.alive, idle, users, grace_s, idle_deadline_s,
                                     me.python)
 
 
@@ -203,8 +203,8 @@ def _start_ranks(config, server_name, supervisor, state_dir, python, leader: boo
         return
     files = me.sup.files(me.cfg)
     if report.print_plan_now() and state.config.DIFF:
-        server._file_diffs(me.sup, files, me.status)
-    yield from server.launch(me.sup, me.cfg, files, me.check.version if me.check else None)
+        transition.show_diffs(me.sup, files, me.status)
+    yield from transition.launch(me.sup, me.cfg, files, me.check.version if me.check else None)
 
 
 @operation()
@@ -223,7 +223,7 @@ def _leader_ready(config, server_name, supervisor, state_dir, python, progress_s
                         "log_tail": [f"{m.label}: {line}" for line in doc.get("log_tail") or []]}
         return None
 
-    yield FunctionCommand(server._await_ready, (me.cfg, me.sup, me.python, progress_s, peers), {})
+    yield FunctionCommand(transition.verify_ready, (me.cfg, me.sup, me.python, progress_s, peers), {})
 
 
 def _live(m: Member, mark: bool = True) -> dict:

@@ -1,38 +1,29 @@
 """Server operations: ``server.running`` (speculative server running with config X) and ``server.stopped``."""
 from __future__ import annotations
 
-import json
-import posixpath
-import uuid
 from dataclasses import replace
-from io import StringIO
 
-from pyinfra import host, logger, state
-from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringCommand, operation
-from pyinfra.operations.util.files import generate_color_diff
+from pyinfra import host, state
+from pyinfra.api import FunctionCommand, operation
 
-from operations.model import config as configs
 from operations import gpu
-from operations.model import hostdata
 from operations.controller import interrupt
 from operations.controller import lease as lock
 from operations.controller import output as report
-from operations.controller import summary
-from operations.model import topology
-from operations.model.server_config import ServerConfig
-from operations.model.validation import HostContext, validate
-from operations.errors import ConfigError, Issue
-from operations.facts.gpu import read_gpus
-from operations.model.gpus import process_table
+from operations.controller import summary, supervisors, transition
 from operations.controller.idle_converge import refusal
-from operations.model.idle_plan import Selection, plan_idle
-from operations.facts.engine import check_engine
-from operations.controller.readiness import Readiness, await_ready, live_problems, placement_problem, server_gpus
+from operations.controller.readiness import live_problems, placement_problem, server_gpus
 from operations.controller.remote import host_python
+from operations.errors import ConfigError, Issue
+from operations.facts.engine import check_engine
+from operations.facts.gpu import read_gpus
 from operations.facts.server import read_server
-from operations.model.server_state import FieldChange, drift, recorded_view
-from operations.controller import supervisors
-from operations.controller.waiting import RealClock
+from operations.model import config as configs
+from operations.model import hostdata, topology
+from operations.model.idle_plan import Selection, plan_idle
+from operations.model.server_config import ServerConfig
+from operations.model.server_state import FieldChange, drift
+from operations.model.validation import HostContext, validate
 
 
 
@@ -61,37 +52,14 @@ def check_inventory(config, hosts) -> ServerConfig:
         if own in (None, "", "none"):
             continue
         own_cfg = cfg if own == config else (own if isinstance(own, ServerConfig) else configs.load(str(own)))
-        issues += [replace(i, host=h.name) for i in rank_config_issues(own_cfg, h, hosts, h.data.get("gpu_count"))]
+        issues += [replace(i, host=h.name) for i in topology.rank_config_issues(own_cfg, h, hosts, h.data.get("gpu_count"))]
     if issues:
         raise ConfigError(issues)
     return cfg
 
 
-def rank_config_issues(cfg: ServerConfig, on_host, hosts, gpu_count) -> list:
-    """Validation of ``cfg`` as ``on_host`` would run it (its rank filled in when it is in a group)."""
-    rank = topology.rank_of(on_host, hosts)
-    ctx = HostContext(on_host.name, gpu_count, rank.nnodes if rank else None)
-    return topology.nnodes_issues(cfg, rank) + validate(topology.for_rank(cfg, rank), ctx)
-
-
 def _supervisor(name, supervisor, state_dir, python, on_host=None):
     return supervisors.for_host(name, supervisor, state_dir, python, host if on_host is None else on_host)
-
-
-def _file_diffs(sup, files, status) -> None:
-    current = {sup.path("launch.sh"): status.launch_sh, sup.path("engine.yaml"): status.engine_yaml}
-    if sup.unit:
-        current[files[-1].path] = status.unit_file
-    for f in files:
-        if f.secret:
-            report.log(host, f"    {f.path}: secrets file (mode {f.mode}), content never shown")
-            continue
-        old = current.get(f.path)
-        if old == f.content:
-            continue
-        report.log(host, f"    {'Will modify' if old else 'Will create'} {f.path}")
-        for line in generate_color_diff((old or "").splitlines(), f.content.splitlines()):
-            logger.info("      %s", line)
 
 
 @operation()
@@ -182,7 +150,7 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
         for note in check.notes if cfg.engine == "sglang" else ():
             report.log(host, f"    note: {note}", fg="yellow")
         if state.config.DIFF:
-            _file_diffs(sup, files, status)
+            transition.show_diffs(sup, files, status)
         if idle and gpus_now.available and not state.is_executing:  # at execute gpu.idle prints its own plan
             plan = plan_idle(gpus_now, Selection(frozenset(cfg.gpu_indices()), gpu.as_patterns(users)))
             ours = {status.pid} if status.alive else set()
@@ -193,9 +161,9 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
                     report.log(host, f"    gpu.idle plan: {line}")
     if _rolling():  # a failed batch stops the rollout before this host is touched
         yield FunctionCommand(_rollout_gate, (host.current_op_hash, server_name), {})
-    yield from stop_and_idle(sup, cfg, status.alive, idle, users, grace_s, idle_deadline_s, python)
-    yield from launch(sup, cfg, files, check.version)
-    yield FunctionCommand(_await_ready, (cfg, sup, python, progress_s), {})
+    yield from transition.stop_and_idle(sup, cfg, status.alive, idle, users, grace_s, idle_deadline_s, python)
+    yield from transition.launch(sup, cfg, files, check.version)
+    yield FunctionCommand(transition.verify_ready, (cfg, sup, python, progress_s), {})
 
 
 def _version_change(status, check) -> list:
@@ -217,80 +185,6 @@ def _start_blocker(cfg: ServerConfig, status, gpus_now, idle: bool, users) -> st
     others = replace(gpus_now, processes=tuple(p for p in gpus_now.processes if p.pid not in ours and p.pgid not in ours))
     verdict = refusal(plan_idle(others, Selection(frozenset(cfg.gpu_indices()), gpu.as_patterns(users))))
     return f"gpu.idle would refuse GPU {','.join(map(str, cfg.gpu_indices()))}: {verdict.text}" if verdict else None
-
-
-def stop_and_idle(sup, cfg: ServerConfig, alive: bool, idle: bool, users, grace_s, idle_deadline_s, python):
-    """Commands: this run's host lock, the server's 0700 directory, our old server stopped, then (``idle``) its
-    GPUs made idle."""
-    if idle:
-        gpu.timing_of(grace_s, idle_deadline_s)  # a bad pair fails here, before the old server is stopped
-    yield lock.acquired(f"server {sup.name} -> config {cfg.name}",
-                        idle_deadline_s + grace_s + cfg.stop_grace_s + cfg.ready_timeout_s + 600, python)
-    yield FunctionCommand(_prepare_dir, (sup,), {})
-    if alive:
-        yield interrupt.guard(f"stopping server {sup.name}")
-        yield from sup.stop(cfg.stop_grace_s)
-    if idle:
-        yield from gpu.idle._inner(gpus=cfg.gpu_indices(), users=users, grace_s=grace_s,
-                                   deadline_s=idle_deadline_s, python=python)
-
-
-def _prepare_dir(state, host, sup) -> bool:
-    """The server's 0700 directory created or checked (refused in a tree other users can write), a corrupt
-    state.json set aside; what was done is said."""
-    ok, out = host.run_shell_command(sup.ctl("prepare", sup.directory))
-    try:
-        doc = json.loads("\n".join(out.stdout_lines))
-    except ValueError:
-        doc = {"error": " ".join(out.stderr_lines[-3:]) or "no output"}
-    for note in doc.get("notes") or ():
-        report.log(host, f"server {sup.name}: {note}", fg="yellow")
-    if "error" in doc:
-        report.error(host, f"server {sup.name}: {doc['error']}; nothing changed")
-        return False
-    return True
-
-
-def launch(sup, cfg: ServerConfig, files, engine_version: str | None = None):
-    """Commands: upload the launch files with their modes, start the server, record what it was started with
-    (and the engine version the host's own SGLang reported)."""
-    yield from uploads(files)
-    yield interrupt.guard(f"starting server {sup.name}")
-    yield from sup.start(cfg)
-    yield sup.ctl("annotate", sup.directory, json.dumps(recorded_view(cfg, engine_version), sort_keys=True))
-
-
-ELEVATION = ("_sudo", "_doas", "_dzdo", "_su_user")  # pyinfra's arguments that make uploads go through a temp file
-OTHER_USER = ("_su_user", "_sudo_user", "_doas_user", "_dzdo_user")  # pyinfra's put_file: the same order
-AS_SSH_USER = {"_sudo": False, "_doas": False, "_dzdo": False, "_su_user": None}
-
-
-def uploads(files):
-    """Commands: each launch file uploaded and given its mode.
-
-    With ``_sudo`` (or doas/dzdo/su) pyinfra's SSH connector first uploads to ``/tmp/pyinfra-<sha1 of the
-    destination>`` (a name any local user can compute and pre-create), created with the SFTP default mode, then
-    ``cp``s it with sudo and leaves it behind if that fails (pyinfra 3.10, connectors/ssh.py put_file). So here
-    every file travels through a fresh directory with an unguessable name, created 0700 by the SSH user
-    (``mkdir`` fails if anything already has that name), removed right after; a leftover of a failed run is
-    removed before the next upload. Without elevation the upload writes the destination directly."""
-    args = getattr(host, "current_op_global_arguments", None) or {}
-    elevated = any(args.get(k) for k in ELEVATION)
-    private = host.get_temp_filename(f"specops-upload-{uuid.uuid4().hex}", hash_filename=False) if elevated else None
-    if private:
-        pattern = posixpath.basename(private).rsplit("-", 1)[0] + "-*"
-        yield StringCommand("find", QuoteString(posixpath.dirname(private)), "-maxdepth", "1", "-user",
-                            '"$(id -u)"', "-name", QuoteString(pattern), "-exec", "rm", "-rf", "{}", "+", ";",
-                            "mkdir", "-m", "700", QuoteString(private), **AS_SSH_USER)
-        other = next((args.get(k) for k in OTHER_USER if args.get(k)), None)
-        if other:  # pyinfra grants that user read on the file (setfacl); it must be able to enter the directory
-            yield StringCommand("setfacl", "-m", QuoteString(f"u:{other}:x"), QuoteString(private), **AS_SSH_USER)
-    for f in files:
-        temp = posixpath.join(private, posixpath.basename(f.path)) if private else None
-        yield FileUploadCommand(StringIO(f.content), f.path, remote_temp_filename=temp)
-        yield StringCommand("chmod", f.mode, QuoteString(f.path))
-    if private:
-        yield StringCommand("rm", "-rf", QuoteString(private), **AS_SSH_USER)
 
 
 def _rolling() -> bool:
@@ -319,45 +213,6 @@ def _why(cfg: ServerConfig, status, healthy: bool) -> str:
     if status.health != 200:
         return f"pid {status.pid} unhealthy (/health {status.health}): restart"
     return "the live server reports other settings than it was started with (drift): restart"
-
-
-@interrupt.stops_on_interrupt
-def _await_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: float, peers=None) -> bool:
-    """Wait for readiness; ``peers()`` (multi-node rank 0) may report a dead rank between rounds."""
-    pid = [None]
-
-    def read(budget: float) -> dict:
-        opts = {"budget_s": round(budget, 3), "prompt": cfg.prompt, "engine": cfg.engine,
-                "model": cfg.args.get("served_model_name") or cfg.args.get("model")}
-        ok, out = host.run_shell_command(sup.ctl("wait", sup.directory, str(cfg.port), json.dumps(opts)))
-        try:
-            doc = json.loads("\n".join(out.stdout_lines))
-        except ValueError:
-            return {"dead": False, "health_generate": None, "generated": f"server_ctl: {out.stderr_lines[-3:]}"}
-        pid[0] = doc.get("pid") or pid[0]
-        if peers is not None and not doc.get("dead") and not doc.get("generation_ok"):
-            doc = peers() or doc
-        return doc
-
-    verdict = await_ready(read, cfg, RealClock(), lambda m: report.log(host, f"server.running: {m}"), progress_s)
-    misplaced = placement_problem(cfg, read_gpus(host, python), pid[0]) if verdict.ok else None
-    if misplaced:  # on GPUs another job may need: stop it, as any failed start is stopped
-        verdict = Readiness("misplaced", verdict.elapsed, (misplaced,))
-    if verdict.ok:  # only a completed verification marks the server running (never a host-side wait)
-        ok, out = host.run_shell_command(sup.ctl("verified", sup.directory, cfg.config_hash))
-        if not ok:
-            report.error(host, f"server.running: verified, but could not record it: {' '.join(out.stderr_lines[-2:])}")
-            return False
-        report.log(host, f"server.running: {verdict.text}", fg="green")
-        return True
-    if verdict.status != "dead":  # leave nothing half-started holding the GPUs
-        host.run_shell_command(sup.stop(cfg.stop_grace_s)[0])
-    lines = [f"server.running: {verdict.text}"]
-    if verdict.log_tail:
-        lines += ["  last lines of the server log:"] + [f"    {line}" for line in verdict.log_tail]
-    lines += ["  GPU processes now:"] + [f"    {line}" for line in process_table(read_gpus(host, python))]
-    report.error(host, "\n".join(lines))
-    return False
 
 
 @operation()

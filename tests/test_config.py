@@ -161,7 +161,7 @@ def test_env_names_validated_and_env_sourced_values_secret():
 
 
 def test_secret_with_quote_round_trips_through_secrets_env(tmp_path):
-    from operations.remote.server_ctl import secret
+    from operations.remote.server_dir import secret
     from operations.controller.supervisors import secrets_env
 
     cfg = from_mapping({"model-path": "m", "api-key": "a'b\"c $d"}, "t")

@@ -11,7 +11,7 @@ import yaml
 
 from conftest import REPO
 from factories import proc, state
-from operations.remote import server_ctl
+from operations.remote import server_dir
 from operations.model.config import ConfigError, from_mapping, known_configs, load
 from operations.model.engines import AUTO, SecretRef, engine_for, mismatches
 from operations.controller.readiness import placement_problem
@@ -164,7 +164,7 @@ def test_server_info_shaped_like_sglangs_is_masked_on_the_host(tmp_path):
             "launch_command": f"python3 -m sglang.launch_server --model-path m --api-key {key} --port 30000",
             "internal_states": [{"note": f"loaded with token {token}"}], "version": "0.5.23",
             "tokenizer_path": "m", "watermark_key": "wm-secret"}
-    out = server_ctl.redactor(str(tmp_path))(body)
+    out = server_dir.redactor(str(tmp_path))(body)
     text = json.dumps(out)
     assert key not in text and token not in text and "wm-secret" not in text
     assert out["api_key"] == "<secret>" and out["admin_api_key"] is None
@@ -258,7 +258,7 @@ def test_secret_fields_may_be_spelled_as_flags():
 def test_masking_values_with_spaces_lists_and_multiline_secrets(tmp_path):
     (tmp_path / "secrets.env").write_text("SPECOPS_SECRET_API_KEY='abcd efgh'\n"
                                           "export TLS_KEY='-----BEGIN KEY-----\nMIIEvQ\n-----END KEY-----'\n")
-    out = server_ctl.redactor(str(tmp_path))({
+    out = server_dir.redactor(str(tmp_path))({
         "launch_command": "python3 -m sglang.launch_server --api-key abcd efgh --port 1",
         "argv": ["--api-key", "abc"], "note": "pem: -----BEGIN KEY-----\nMIIEvQ\n-----END KEY----- end"})
     assert out["launch_command"] == "python3 -m sglang.launch_server --api-key <secret> --port 1"

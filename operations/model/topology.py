@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from operations.errors import Issue
 from operations.model.server_config import ServerConfig
+from operations.model.validation import HostContext, validate
 
 DIST_PORT = 20000
 
@@ -94,3 +95,10 @@ def for_rank(cfg: ServerConfig, rank: Rank | None) -> ServerConfig:
     if args["dist_init_addr"] is None:
         args["dist_init_addr"] = rank.dist_init_addr
     return replace(cfg, args=args)
+
+
+def rank_config_issues(cfg: ServerConfig, on_host, hosts, gpu_count) -> list:
+    """Validation of ``cfg`` as ``on_host`` would run it (its rank filled in when it is in a group)."""
+    rank = rank_of(on_host, hosts)
+    ctx = HostContext(on_host.name, gpu_count, rank.nnodes if rank else None)
+    return nnodes_issues(cfg, rank) + validate(for_rank(cfg, rank), ctx)

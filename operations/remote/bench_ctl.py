@@ -11,7 +11,8 @@ import sys
 import time
 
 from .common import DICT, INT, NUM, STR, make_dirs, open_append, read_doc, save_json, set_aside, start_time
-from .server_ctl import alive, detach, load_state, read, redactor, refuse_unsafe, reply, secret, server_info, signal_group
+from .server_ctl import detach, signal_group
+from .server_dir import alive, load_state, read, redactor, refuse_unsafe, reply, secret, server_info
 
 RUN_SCHEMA = {"key": (STR, False), "pid": (INT, True), "pgid": (INT, True), "start": (INT, True),
               "started_at": (NUM, True), "config_hash": (STR, True), "server_info": (DICT, True)}

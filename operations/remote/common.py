@@ -1,5 +1,6 @@
-"""Shared by the remote scripts (probe_gpu, server_ctl, signal_procs, host_lock): ``remote.python_script`` sends this file
-ahead of each script, so on the host they are one self-contained program; locally, scripts import it."""
+"""Shared by every host program (probe_gpu, signalling, server_dir, server_ctl, bench_ctl, lease): JSON
+documents with schemas, masking by the one secret-name rule, safe directories, /proc start times. Stdlib only, like
+every module of this package: on a host it is one file of the content-hashed bundle (see ``controller.remote``)."""
 import json
 import math
 import os

@@ -1,6 +1,6 @@
 """Host side: does the host's own engine accept this command line?
 
-``ENGINE_PYTHON -c <this file> FLAGS_JSON ENGINE_YAML`` runs with the interpreter the server will be launched with
+``ENGINE_PYTHON run.py engine_check FLAGS_JSON ENGINE_YAML`` runs with the interpreter the server will be launched with
 (the launcher's Python), imports that SGLang and parses the flags with its own parser -- including its own
 ``--config`` loader on ENGINE_YAML (written to a private temporary file, since the real engine.yaml is uploaded
 later) -- without resolving them (resolution reads the model and wants the GPUs). Prints one JSON document:

@@ -1,4 +1,4 @@
-"""Remote side of the host lock: ``python3 -c <this file> acquire PATH OWNER_JSON TTL_S [BREAK_ID]`` or
+"""Remote side of the host lock: ``run.py lease acquire PATH OWNER_JSON TTL_S [BREAK_ID]`` or
 ``release PATH OWNER_ID``; prints one JSON document.
 
 The lease (PATH, JSON, 0600) names the specops run that holds the host: its id, controller, pid, what it does, and

@@ -1,5 +1,5 @@
 """Remote GPU probe: run on the target host as
-``python3 -c <this file> [--no-nvml] [--wait JSON] [--devices GLOB] [--fd-holders]``.
+``run.py probe_gpu [--no-nvml] [--wait JSON] [--devices GLOB] [--fd-holders]``.
 
 Prints one JSON document. Standard library only; pynvml is used when the host's Python imports and initialises
 it, else ``nvidia-smi`` CSV is read (both queries at once) and parsed here. Each GPU process is enriched from

@@ -1,4 +1,4 @@
-"""Remote signal sender: ``python3 -c <this file> TERM|KILL PID:START:PGID ...``.
+"""Remote signal sender: ``run.py signalling TERM|KILL PID:START:PGID ...``.
 
 Signals a process (or its whole group when PGID is not 0) only if /proc still shows that PID with the same start
 time, so a PID the kernel reused is never hit. Prints one line per target; exits 1 if a signal was refused.

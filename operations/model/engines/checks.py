@@ -5,7 +5,7 @@ from operations.errors import Issue
 from operations.model.server_config import API_KEYS, ServerConfig
 
 
-def _port_issues(cfg: ServerConfig, key: str) -> list[Issue]:
+def port_issues(cfg: ServerConfig, key: str) -> list[Issue]:
     value = cfg.args.get(key)
     if value is None:
         return []
@@ -18,7 +18,7 @@ _HEADER_PROBLEMS = {"\n": "a newline (LF)", "\r": "a carriage return (CR)", "\0"
 _NOT_IN_HEADER = ", which an HTTP header value cannot carry"
 
 
-def _header_problem(value: str) -> str | None:
+def header_problem(value: str) -> str | None:
     """Why ``value`` cannot be sent in an HTTP header (``Authorization: Bearer <key>``), or None. RFC 7230 allows
     visible ASCII, space and tab; obs-text (bytes >= 0x80) is obsolete, so non-ASCII is refused too, and trailing
     whitespace is stripped by the receiver. Never quotes the value: it is a secret."""
@@ -35,32 +35,32 @@ def _header_problem(value: str) -> str | None:
     return None
 
 
-def _api_key_issues(cfg: ServerConfig) -> list[Issue]:
+def api_key_issues(cfg: ServerConfig) -> list[Issue]:
     """API keys are sent as HTTP header values by every client (our readiness checks, the benchmark): one that
     cannot be is refused here, not found 30 s later as "not ready"."""
     issues = []
     for dest in sorted(set(API_KEYS) & set(cfg.args)):
         value = cfg.args[dest]
-        problem = _header_problem(value) if isinstance(value, str) else None
+        problem = header_problem(value) if isinstance(value, str) else None
         if problem:
             issues.append(Issue(dest.replace("_", "-"), f"{problem}; not shown, as it is a secret"))
     return issues
 
 
-def _placement_issues(cfg: ServerConfig) -> list[Issue]:
+def placement_issues(cfg: ServerConfig) -> list[Issue]:
     if "CUDA_VISIBLE_DEVICES" in cfg.env:
         return [Issue("specops.env.CUDA_VISIBLE_DEVICES", "set by specops from the GPUs the config declares: use "
                                                           "specops.gpus (or base-gpu-id) instead")]
     return []
 
 
-def _is_int(v) -> bool:
+def is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _int_at_least(cfg, key, low) -> list[Issue]:
+def int_at_least(cfg, key, low) -> list[Issue]:
     """Range check only: a non-integer is already reported by the flag table's type check."""
     v = cfg.args.get(key)
-    if _is_int(v) and v < low:
+    if is_int(v) and v < low:
         return [Issue(key.replace("_", "-"), f"must be an integer >= {low}, got {v!r}")]
     return []

@@ -9,7 +9,7 @@ import yaml
 
 from operations.errors import Issue
 from operations.model.engines import sglang_args, sglang_resolve
-from operations.model.engines.checks import _api_key_issues, _int_at_least, _is_int, _placement_issues, _port_issues
+from operations.model.engines.checks import api_key_issues, int_at_least, is_int, placement_issues, port_issues
 from operations.model.engines.secret_ref import SecretRef
 from operations.model.server_config import ServerConfig
 
@@ -70,12 +70,12 @@ class SGLang:
                 issues.append(Issue(flag.option.lstrip("-"), problem))
         if not cfg.args.get("model_path"):
             issues.append(Issue("model-path", "required"))
-        issues += _port_issues(cfg, "port") + _api_key_issues(cfg)
+        issues += port_issues(cfg, "port") + api_key_issues(cfg)
         mem = cfg.args.get("mem_fraction_static")
         if isinstance(mem, (int, float)) and not isinstance(mem, bool) and not 0 < mem < 1:
             issues.append(Issue("mem-fraction-static", f"must be between 0 and 1, got {mem}"))
         issues += self._speculative_issues(cfg)
-        issues += self._topology_issues(cfg, ctx) + _placement_issues(cfg)
+        issues += self._topology_issues(cfg, ctx) + placement_issues(cfg)
         return [Issue(i.field, i.message, ctx.name) for i in issues]
 
     def _speculative_issues(self, cfg: ServerConfig) -> list[Issue]:
@@ -134,8 +134,8 @@ class SGLang:
         (draft tokens too when topk > 1); SGLang's resolver crashes on steps without topk and the reverse."""
         a = cfg.args
         steps, topk, draft = (a.get(k) for k in sglang_resolve.TREE)
-        issues = (_int_at_least(cfg, "speculative_num_steps", 1) + _int_at_least(cfg, "speculative_eagle_topk", 1)
-                  + _int_at_least(cfg, "speculative_num_draft_tokens", 2))
+        issues = (int_at_least(cfg, "speculative_num_steps", 1) + int_at_least(cfg, "speculative_eagle_topk", 1)
+                  + int_at_least(cfg, "speculative_num_draft_tokens", 2))
         if a.get("speculative_adaptive") or (steps is None and topk is None and draft is None):
             return issues
         for key, value in (("speculative_num_steps", steps), ("speculative_eagle_topk", topk)):
@@ -143,10 +143,10 @@ class SGLang:
                 issues.append(Issue(key.replace("_", "-"), f"required for {algo} once any of steps / topk / draft "
                                     f"tokens is set (SGLang's resolver crashes without it); or omit all three "
                                     f"and SGLang chooses them for the model"))
-        if draft is None and _is_int(topk) and topk > 1:
+        if draft is None and is_int(topk) and topk > 1:
             issues.append(Issue("speculative-num-draft-tokens", f"required for {algo} when speculative-eagle-topk "
                                                                 f"is > 1 (SGLang has no default for a tree)"))
-        elif all(map(_is_int, (steps, topk, draft))) and topk > 1 and steps >= 1 and not issues:
+        elif all(map(is_int, (steps, topk, draft))) and topk > 1 and steps >= 1 and not issues:
             room = 1 + topk + (steps - 1) * topk * topk
             if draft > room:  # eagle_utils.organize_draft_results: torch.topk(candidates, draft - 1) at decode
                 issues.append(Issue("speculative-num-draft-tokens",
@@ -156,14 +156,14 @@ class SGLang:
 
     def _topology_issues(self, cfg: ServerConfig, ctx: HostContext) -> list[Issue]:
         a = cfg.args
-        issues = _int_at_least(cfg, "tp_size", 1) + _int_at_least(cfg, "dp_size", 1) + _int_at_least(cfg, "nnodes", 1)
-        issues += _int_at_least(cfg, "base_gpu_id", 0) + _int_at_least(cfg, "gpu_id_step", 1)
+        issues = int_at_least(cfg, "tp_size", 1) + int_at_least(cfg, "dp_size", 1) + int_at_least(cfg, "nnodes", 1)
+        issues += int_at_least(cfg, "base_gpu_id", 0) + int_at_least(cfg, "gpu_id_step", 1)
         if cfg.gpus is not None and (a.get("base_gpu_id") or a.get("gpu_id_step", 1) != 1):
             issues.append(Issue("specops.gpus", "given together with base-gpu-id / gpu-id-step: list the GPUs in "
                                                 "one place (specops.gpus is what CUDA_VISIBLE_DEVICES is set to)"))
         keys = ("tp_size", "dp_size", "nnodes", "base_gpu_id", "gpu_id_step")
         issues += [Issue(k.replace("_", "-"), "must be an integer, got null") for k in keys if k in a and a[k] is None]
-        if issues or not all(_is_int(a.get(k, 1)) for k in keys):
+        if issues or not all(is_int(a.get(k, 1)) for k in keys):
             return issues
         nnodes = a.get("nnodes", 1)
         tp, dp = a.get("tp_size", 1), a.get("dp_size", 1)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 
 from operations.errors import Issue
-from operations.model.engines.checks import _api_key_issues, _is_int, _placement_issues, _port_issues
+from operations.model.engines.checks import api_key_issues, is_int, placement_issues, port_issues
 from operations.model.engines.secret_ref import SecretRef
 from operations.model.server_config import ServerConfig
 
@@ -40,7 +40,7 @@ class VLLM:
                 issues.append(Issue(key.replace("_", "-"), f"must be {want.__name__}, got {value!r}"))
         if not cfg.args.get("model"):
             issues.append(Issue("model", "required"))
-        issues += _port_issues(cfg, "port") + _api_key_issues(cfg) + _placement_issues(cfg)
+        issues += port_issues(cfg, "port") + api_key_issues(cfg) + placement_issues(cfg)
         spec = cfg.args.get("speculative_config")
         if isinstance(spec, dict):
             method = spec.get("method")
@@ -58,7 +58,7 @@ class VLLM:
                 elif isinstance(lo, int) and lo > hi:
                     issues.append(Issue("speculative-config.prompt_lookup_min", f"{lo} > prompt_lookup_max {hi}"))
         sizes = (cfg.args.get("tensor_parallel_size", 1), cfg.args.get("data_parallel_size", 1))
-        if ctx.gpu_count is not None and all(map(_is_int, sizes)) and cfg.gpu_count() > ctx.gpu_count:
+        if ctx.gpu_count is not None and all(map(is_int, sizes)) and cfg.gpu_count() > ctx.gpu_count:
             issues.append(Issue("tensor-parallel-size", f"needs {cfg.gpu_count()} GPU(s); host has {ctx.gpu_count}"))
         return [Issue(i.field, i.message, ctx.name) for i in issues]
 
