@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "simulator")]  # the product and its simulator (specops-gpusim)
 
 from gpusim.host import SimHost  # noqa: E402
 

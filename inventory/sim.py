@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 _repo = Path(__file__).resolve().parent.parent
-if str(_repo) not in sys.path:  # pyinfra puts its working directory on sys.path, not necessarily this checkout
-    sys.path.append(str(_repo))
+for _path in (_repo, _repo / "simulator"):  # pyinfra puts its working directory on sys.path, not this checkout
+    if str(_path) not in sys.path:
+        sys.path.append(str(_path))
 from gpusim.tools import host_data as _host_data  # noqa: E402  (the simulator's own description of its host)
 
 _root = Path(os.environ.get("GPUSIM_ROOT", _repo / ".gpusim" / "host")).resolve()

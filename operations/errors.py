@@ -2,7 +2,8 @@
 
     SpecopsError
     ├── ConfigError    a server config or host data is invalid; ``issues`` lists every (host, field, message)
-    └── Interrupted    Ctrl-C was pressed: the step must not signal, start or wait further (operations.controller.interrupt)
+    └── Interrupted    Ctrl-C was pressed: the step must not signal, start or wait further (raised by
+                       operations.controller.interrupt)
 """
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ class ConfigError(SpecopsError, OperationError):  # an OperationError, so the py
         self.issues = list(issues)
         lines = "\n".join(f"  - {i}" for i in self.issues)
         super().__init__(f"{len(self.issues)} config error(s):\n{lines}")
+
+
+class Interrupted(SpecopsError):
+    """The user pressed Ctrl-C: the current step must not signal, start or wait any further."""
 
 
 # An operation body runs in a gevent greenlet when pyinfra executes it; gevent prints a traceback for any exception

@@ -1,6 +1,7 @@
 """The GPU host simulator itself: ledger, holders, driver release delay and the stand-in nvidia-smi formats."""
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -128,7 +129,7 @@ def test_out_of_memory(sim):
     sim.hold([1], 140000)
     with pytest.raises(ledger.OutOfMemory, match="CUDA out of memory. Tried to allocate 5000 MiB on GPU 1"):
         sim.hold([1], 5000)
-    cli = subprocess.run(["python3", "-m", "gpusim", "hold", str(sim.root), "--gpus", "1", "--mib", "5000"],
+    cli = subprocess.run([sys.executable, "-m", "gpusim", "hold", str(sim.root), "--gpus", "1", "--mib", "5000"],
                          capture_output=True, text=True, cwd=Path(__file__).parent.parent)
     assert cli.returncode == 2 and "CUDA out of memory" in cli.stderr
 

@@ -1,6 +1,7 @@
 """The package works from an installed wheel in a fresh venv, run from a directory outside the checkout: the
-wheel is built once per module from a clean copy of its sources (so a stale build/ in the checkout cannot hide a
-missing package-data glob) and installed with pip; nothing of the checkout is on the path of what runs it."""
+product wheel and the simulator's (specops-gpusim, from simulator/) are built once per module, each from a clean
+copy of its sources (so a stale build/ in the checkout cannot hide a missing package-data glob), and installed
+with pip; nothing of the checkout is on the path of what runs it."""
 import json
 import os
 import re
@@ -32,8 +33,9 @@ def sh(*argv, **kw):
 @dataclass
 class Installed:
     wheel: Path
-    names: list[str]  # the wheel's members
-    env_dir: Path  # the venv it is installed in
+    names: list[str]  # the product wheel's members
+    sim_names: list[str]  # the simulator wheel's members (specops-gpusim)
+    env_dir: Path  # the venv both are installed in
     py: Path
 
     def env(self, home: Path) -> dict:
@@ -41,46 +43,58 @@ class Installed:
         return {"PATH": f"{self.env_dir / 'bin'}:/usr/bin:/bin", "HOME": str(home)}
 
 
-# what the wheel is built from (pyproject.toml's packages and package-dir, and its readme)
-SOURCES = ("pyproject.toml", "README.md", "operations", "templates", "gpusim")
+# what each wheel is built from (its pyproject.toml's packages and package-dir, and its readme)
+SOURCES = {"specops": ("pyproject.toml", "README.md", "operations", "templates"),
+           "specops_gpusim": ("simulator/pyproject.toml", "simulator/gpusim")}
 
 
-def _source_copy(dest: Path) -> Path:
-    """The checkout's sources of the wheel copied to dest, without build outputs (build/ of an earlier in-tree
+def _source_copy(dest: Path, sources) -> Path:
+    """The checkout's sources of a wheel copied to dest, without build outputs (build/ of an earlier in-tree
     build would still hold files since deleted, or added by a glob since removed, and ship them)."""
-    for name in SOURCES:
-        src = REPO / name
+    root = REPO / Path(sources[0]).parent
+    for name in sources:
+        src, to = REPO / name, dest / (REPO / name).relative_to(root)
         if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "_build"))
+            shutil.copytree(src, to, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "_build"))
         else:
             dest.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
+            shutil.copy2(src, to)
     return dest
+
+
+def _members(wheel: Path) -> list[str]:
+    return [line.split()[0] for line in sh(sys.executable, "-m", "zipfile", "-l", wheel).splitlines()[1:]]
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Installed:
     base = tmp_path_factory.mktemp("wheel")
-    src = _source_copy(base / "src")
     dist = base / "dist"
-    sh(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", dist, src)
-    (wheel,) = dist.glob("specops-*.whl")
-    names = [line.split()[0] for line in sh(sys.executable, "-m", "zipfile", "-l", wheel).splitlines()[1:]]
+    wheels = {}
+    for dist_name, sources in SOURCES.items():
+        src = _source_copy(base / dist_name, sources)
+        sh(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", dist, src)
+        (wheels[dist_name],) = dist.glob(f"{dist_name}-*.whl")
     env_dir = base / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
-    sh(py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel)
-    return Installed(wheel, names, env_dir, py)
+    sh(py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *wheels.values())
+    return Installed(wheels["specops"], _members(wheels["specops"]), _members(wheels["specops_gpusim"]), env_dir, py)
 
 
-def test_wheel_ships_every_data_file(installed):
+def test_wheels_ship_every_data_file_and_the_product_no_simulator(installed):
     for member in ("operations/templates/launch.sh.j2", "operations/templates/server.service.j2",
-                   "operations/remote/probe_gpu.py", "operations/remote/signalling.py", "gpusim/nvml_stub.c", FLAG_TABLE):
+                   "operations/remote/probe_gpu.py", "operations/remote/signalling.py", FLAG_TABLE):
         assert member in installed.names, installed.names
-    for data_dir in ("operations/model/engines/data", "gpusim/engine"):  # every data file, whatever joins them
-        shipped = {p.relative_to(REPO).as_posix() for p in (REPO / data_dir).rglob("*")
+    assert "gpusim/nvml_stub.c" in installed.sim_names, installed.sim_names
+    assert not [n for n in installed.names if n.startswith("gpusim/") or "gpusim" in n.split("/")[0]], installed.names
+    assert not [n for n in installed.sim_names if n.startswith("operations/")], installed.sim_names
+    # every data file, whatever joins them
+    for data_dir, root, names in (("operations/model/engines/data", REPO, installed.names),
+                                  ("simulator/gpusim/engine", REPO / "simulator", installed.sim_names)):
+        shipped = {p.relative_to(root).as_posix() for p in (REPO / data_dir).rglob("*")
                    if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
-        assert shipped and shipped <= set(installed.names), shipped - set(installed.names)
+        assert shipped and shipped <= set(names), shipped - set(names)
 
 
 def test_wheel_in_clean_venv_runs_a_deploy_from_elsewhere(installed, tmp_path):

@@ -16,11 +16,7 @@ import signal
 from pyinfra import logger
 from pyinfra.api import FunctionCommand
 
-from operations.errors import SpecopsError
-
-
-class Interrupted(SpecopsError):
-    """The user pressed Ctrl-C: the current step must not signal, start or wait any further."""
+from operations.errors import Interrupted
 
 
 _state = {"installed": False, "count": 0, "on_abort": None}

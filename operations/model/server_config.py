@@ -97,3 +97,12 @@ class ServerConfig:
 
     def with_args(self, **changes) -> "ServerConfig":
         return replace(self, args={**self.args, **changes})
+
+
+@dataclass(frozen=True)
+class HostContext:
+    """What validation knows about the host a config is for."""
+
+    name: str = "*"
+    gpu_count: int | None = None  # GPUs on the host, when known
+    group_size: int | None = None  # hosts in the inventory group that serves one model (multi-node)

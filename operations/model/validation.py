@@ -5,24 +5,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 from operations.errors import Issue
 from operations.model.engines import engine_for
-from operations.model.server_config import ServerConfig
+from operations.model.server_config import HostContext, ServerConfig
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./-]*$")
 SUPERVISORS = ("process", "systemd")
-
-
-@dataclass(frozen=True)
-class HostContext:
-    """What validation knows about the host a config is for."""
-
-    name: str = "*"
-    gpu_count: int | None = None  # GPUs on the host, when known
-    group_size: int | None = None  # hosts in the inventory group that serves one model (multi-node)
 
 
 def validate(cfg: ServerConfig, ctx: HostContext = HostContext()) -> list[Issue]:

@@ -3,7 +3,6 @@ speculative settings (sglang_resolve)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 import yaml
 
@@ -11,10 +10,7 @@ from operations.errors import Issue
 from operations.model.engines import sglang_args, sglang_resolve
 from operations.model.engines.checks import api_key_issues, int_at_least, is_int, placement_issues, port_issues
 from operations.model.engines.secret_ref import SecretRef
-from operations.model.server_config import ServerConfig
-
-if TYPE_CHECKING:  # validation calls the engines; the engines only name its host description
-    from operations.model.validation import HostContext
+from operations.model.server_config import HostContext, ServerConfig
 
 
 SGLANG_ALGORITHMS = sglang_resolve.KNOWN
@@ -22,7 +18,6 @@ SGLANG_ALGORITHMS = sglang_resolve.KNOWN
 DRAFTED = ("EAGLE3", "STANDALONE")
 TREE = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # steps / topk / draft tokens are the config's to give
 AUTO = sglang_resolve.AUTO
-
 
 
 class SGLang:

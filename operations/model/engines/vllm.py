@@ -2,16 +2,11 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
-
 
 from operations.errors import Issue
 from operations.model.engines.checks import api_key_issues, is_int, placement_issues, port_issues
 from operations.model.engines.secret_ref import SecretRef
-from operations.model.server_config import ServerConfig
-
-if TYPE_CHECKING:  # validation calls the engines; the engines only name its host description
-    from operations.model.validation import HostContext
+from operations.model.server_config import HostContext, ServerConfig
 
 
 VLLM_METHODS = ("eagle", "eagle3", "ngram", "mtp", "draft_model")
