@@ -29,7 +29,7 @@ from operations.controller import output as report
 
 from operations import server
 
-from operations.controller import summary, supervisors, transition
+from operations.controller import run_state, summary, supervisors, transition
 
 from operations.model import topology
 from operations.errors import Issue
@@ -105,20 +105,18 @@ class GroupPlan:
         return self.members[0]
 
 
-_plans: dict = {}  # (state, stage, group, server) -> AsyncResult: one reading of the group per stage
-
-
 def group_plan(config, server_name: str, supervisor, state_dir, python) -> GroupPlan:
     """The group's plan, read once per stage (prepare/execute) by whichever rank asks first."""
     rank = topology.rank_of(host, state.inventory)
-    key = (id(ctx_state.get()), state.is_executing, rank.group, server_name)
-    if key not in _plans:
-        _plans[key] = result = AsyncResult()
+    plans = run_state.scoped(ctx_state.get(), "group_plans", lambda _state: {})  # key -> AsyncResult
+    key = (state.is_executing, rank.group, server_name)
+    if key not in plans:
+        plans[key] = result = AsyncResult()
         try:
             result.set(_read_group(rank, config, server_name, supervisor, state_dir, python))
         except BaseException as exc:
             result.set_exception(exc)
-    return _plans[key].get()
+    return plans[key].get()
 
 
 def _read_group(rank, config, server_name, supervisor, state_dir, python) -> GroupPlan:

@@ -188,7 +188,8 @@ def _start_blocker(cfg: ServerConfig, status, gpus_now, idle: bool, users) -> st
 
 
 def _rolling() -> bool:
-    # the batch size pyinfra itself uses for this operation (op argument _parallel, else --parallel)
+    # the batch size pyinfra itself uses for this operation (op argument _parallel, else --parallel); pyinfra has
+    # no public accessor for an operation's global arguments, so it is read from the operation's meta
     batch = state.get_op_meta(host.current_op_hash).global_arguments.get("_parallel") if host.current_op_hash else 0
     return bool(batch) and batch < len(state.active_hosts)
 

@@ -34,7 +34,7 @@ from operations.model.server_config import ServerConfig
 from operations.errors import ConfigError
 from operations.controller.remote import host_python
 from operations.model.server_state import recorded_view
-from operations.controller.waiting import RealClock
+from operations.controller.waiting import Deadline, RealClock, poll
 
 DEFAULT_RUNNER = ("-m", "sglang.bench_serving")  # after the host's Python
 
@@ -173,21 +173,29 @@ def _run(state, host, cfg: ServerConfig, sup, argv, workload: Workload, path: Pa
          progress_s: float) -> bool:
     key = hashlib.sha256(json.dumps([argv, cfg.config_hash]).encode()).hexdigest()[:16]
     name = f"{cfg.name}-c{workload.concurrency}"
-    clock, label = RealClock(), f"sweep.benchmarked {cfg.name} c={workload.concurrency}"
-    start = clock.now()
+    label = f"sweep.benchmarked {cfg.name} c={workload.concurrency}"
     opts = {"key": key, "argv": argv, "port": cfg.port, "config_hash": cfg.config_hash}
-    while True:
+
+    def read(budget: float) -> dict:  # the host waits up to ``budget`` for the benchmark, then reports
         interrupt.check(f"waiting for benchmark {name} (it goes on on the host; the next run attaches to it)")
-        doc = _ctl(host, sup, name, {**opts, "budget_s": min(progress_s, max(0.0, timeout_s - (clock.now() - start)))})
+        doc = _ctl(host, sup, name, {**opts, "budget_s": budget})
         for note in doc.get("notes") or ():
             report.log(host, f"{label}: {note}", fg="yellow")
-        if "error" in doc or doc.get("done"):
-            break
-        if clock.now() - start >= timeout_s:
-            _ctl(host, sup, name, {**opts, "stop": True})
-            doc = {"error": f"still running after {timeout_s:.0f} s: stopped", "log_tail": [doc.get("last_line", "")]}
-            break
-        report.log(host, f"{label}: running {doc.get('elapsed_s', 0):.0f} s: {doc.get('last_line', '')[:120]}")
+        return doc
+
+    def finished(doc: dict) -> bool:
+        return "error" in doc or bool(doc.get("done"))
+
+    def progress(doc: dict) -> None:
+        if not finished(doc):
+            report.log(host, f"{label}: running {doc.get('elapsed_s', 0):.0f} s: {doc.get('last_line', '')[:120]}")
+
+    outcome = poll(read, finished, Deadline(RealClock(), timeout_s), interval=0.0, chunk=progress_s,
+                   on_read=progress)
+    doc = outcome.value
+    if not outcome.done:
+        _ctl(host, sup, name, {**opts, "stop": True})
+        doc = {"error": f"still running after {timeout_s:.0f} s: stopped", "log_tail": [doc.get("last_line", "")]}
     result = doc.get("result")
     if "error" in doc or doc.get("rc") != 0 or not result:
         why = doc.get("error") or f"the runner exited with {doc.get('rc')}" + ("" if result else ", no result line")

@@ -27,16 +27,15 @@ from pyinfra.api.state import BaseStateCallback, State
 
 from operations.model import hostdata
 
-from operations.controller import interrupt
+from operations.controller import interrupt, run_state
 
 from operations.controller import output as report
 from operations.controller.remote import host_python, python_script
 from operations.remote.common import start_time
-from operations.controller.waiting import RealClock
+from operations.controller.waiting import Deadline, RealClock, poll
 
 DEFAULT_STATE_DIR = "/var/lib/specops"
 LEASE = ".specops-lock.json"
-_runs: dict[int, "_Run"] = {}  # id(state) -> this run's identity and the hosts it holds
 
 
 class _Run(BaseStateCallback):
@@ -73,14 +72,17 @@ def _user() -> str:
 
 
 def run_of(state) -> _Run:
-    run = _runs.get(id(state))
-    if run is None or run.state is not state:
-        run = _runs[id(state)] = _Run(state)
-        if hasattr(state, "add_callback_handler"):
-            state.add_callback_handler(run)
-        if isinstance(state, State):  # a real run: an aborted one (Ctrl-C, "No hosts remaining") releases too
-            atexit.register(release_all, state)
-            interrupt.install(on_abort=lambda: release_all(state))
+    """This run's identity and the hosts it holds (made once per run, kept on its State)."""
+    return run_state.scoped(state, "lease", _new_run)
+
+
+def _new_run(state) -> _Run:
+    run = _Run(state)
+    if hasattr(state, "add_callback_handler"):
+        state.add_callback_handler(run)
+    if isinstance(state, State):  # a real run: an aborted one (Ctrl-C, "No hosts remaining") releases too
+        atexit.register(release_all, state)  # pyinfra has no public end-of-run hook that also fires on an abort
+        interrupt.install(on_abort=lambda: release_all(state))
     return run
 
 
@@ -127,49 +129,62 @@ def _acquire(state, host, what: str, ttl_s: float, python: str | None) -> bool:
     run = run_of(state)
     python = host_python(python, host)
     me = {**run.owner, "what": what}
+    clock, path = RealClock(), lease_path(host)
     wait_s = hostdata.lock_wait_s(host)
-    clock, path, breaking = RealClock(), lease_path(host), None
-    start, shown = clock.now(), None
-    while True:
-        args = ["acquire", path, json.dumps(me), str(ttl_s)] + ([breaking] if breaking else [])
-        interrupt.check(f"taking the host lease for {what}")
-        doc = _ctl(host, python, *args)
-        for note in doc.get("notes") or ():
-            report.log(host, f"lock: {note}", fg="yellow")
-        if doc.get("acquired"):
-            run.held[host.name] = python
-            took = doc.get("took_over")
-            if took:
-                report.log(host, f"lock: took over the lease of {describe(took, time.time())}: "
-                                 f"{'its run has ended' if took['why'] == 'broken' else 'it had expired'}")
-            elif doc.get("fresh") and shown is not None:
-                report.log(host, f"lock: acquired after {clock.now() - start:.0f} s")
-            return True
+    deadline, breaking, shown = Deadline(clock, wait_s), [None], []
+
+    def attempt(_budget: float) -> dict:
+        doc = _take(host, python, path, me, ttl_s, what, breaking[0])
         holder = doc.get("holder")
-        if holder is None:
-            report.error(host, f"lock: cannot take the host lease {path}: {doc.get('error')}")
-            return False
-        if _gone_here(holder, me) and breaking != holder.get("id"):
-            breaking = holder.get("id")
-            continue
-        waited = clock.now() - start
-        if waited >= wait_s:
-            report.error(host, f"{what}: another specops run holds this host: {describe(holder, doc['now'])}; "
-                               f"waited {waited:.0f} s, nothing changed here. Run again when it is done (or, if "
-                               f"that run is gone, when its lease expires, or remove {path})"
-                               f"{_not_checkable(holder, me, path, doc['now'])}")
-            return False
-        if shown is None or clock.now() - shown >= 10:
-            shown = clock.now()
-            report.log(host, f"lock: waiting for another specops run: {describe(holder, doc['now'])} "
-                             f"({waited:.0f} of {wait_s:.0f} s){_not_checkable(holder, me, path, doc['now'])}")
-        clock.sleep(min(1.0, max(0.0, wait_s - waited)))
+        if holder and _gone_here(holder, me) and breaking[0] != holder.get("id"):
+            breaking[0] = holder.get("id")  # its run has ended on this controller: take the lease over at once
+            doc = _take(host, python, path, me, ttl_s, what, breaking[0])
+        return doc
+
+    def progress(doc: dict) -> None:
+        holder = doc.get("holder")
+        if doc.get("acquired") or holder is None or (shown and clock.now() - shown[-1] < 10):
+            return
+        shown.append(clock.now())
+        report.log(host, f"lock: waiting for another specops run: {describe(holder, doc['now'])} "
+                         f"({deadline.elapsed():.0f} of {wait_s:.0f} s){_not_checkable(holder, me, path, doc['now'])}")
+
+    # one lease read per second until it is ours, it cannot be read, or the wait is over (tenacity, via poll)
+    doc = poll(attempt, lambda d: bool(d.get("acquired")) or d.get("holder") is None, deadline, interval=1.0,
+               on_read=progress).value
+    if doc.get("acquired"):
+        run.held[host.name] = python
+        took = doc.get("took_over")
+        if took:
+            report.log(host, f"lock: took over the lease of {describe(took, time.time())}: "
+                             f"{'its run has ended' if took['why'] == 'broken' else 'it had expired'}")
+        elif doc.get("fresh") and shown:
+            report.log(host, f"lock: acquired after {deadline.elapsed():.0f} s")
+        return True
+    holder = doc.get("holder")
+    if holder is None:
+        report.error(host, f"lock: cannot take the host lease {path}: {doc.get('error')}")
+        return False
+    report.error(host, f"{what}: another specops run holds this host: {describe(holder, doc['now'])}; "
+                       f"waited {deadline.elapsed():.0f} s, nothing changed here. Run again when it is done (or, if "
+                       f"that run is gone, when its lease expires, or remove {path})"
+                       f"{_not_checkable(holder, me, path, doc['now'])}")
+    return False
+
+
+def _take(host, python: str, path: str, me: dict, ttl_s: float, what: str, breaking: str | None) -> dict:
+    """One ``lease.py acquire`` (with the id of a lease being broken, if any); its notes are printed."""
+    interrupt.check(f"taking the host lease for {what}")
+    doc = _ctl(host, python, "acquire", path, json.dumps(me), str(ttl_s), *([breaking] if breaking else []))
+    for note in doc.get("notes") or ():
+        report.log(host, f"lock: {note}", fg="yellow")
+    return doc
 
 
 def release(state, name: str) -> None:
     """Release the lease this run holds on host ``name`` (best effort: a host that went away keeps it until it
     expires, and that is said)."""
-    run = _runs.get(id(state))
+    run = run_state.peek(state, "lease")
     if run is None or name not in run.held:
         return
     python = run.held.pop(name)
@@ -184,6 +199,6 @@ def release(state, name: str) -> None:
 
 def release_all(state) -> None:
     """Release every lease this run still holds (after its last operation, and at exit)."""
-    run = _runs.get(id(state))
+    run = run_state.peek(state, "lease")
     for name in list(run.held) if run is not None else ():
         release(state, name)

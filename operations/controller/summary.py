@@ -19,7 +19,7 @@ from pyinfra.api import FunctionCommand
 from pyinfra.api.state import BaseStateCallback, State
 from pyinfra.context import ctx_host, ctx_state
 
-_watchers: dict[int, "RunSummary"] = {}
+from operations.controller import run_state
 
 
 class RunSummary(BaseStateCallback):
@@ -83,8 +83,12 @@ class RunSummary(BaseStateCallback):
         out = {}
         for h in self.state.activated_hosts:
             for op_hash in self.state.get_op_order():
-                data = self.state.ops.get(h, {}).get(op_hash)
-                if data is not None and not data.operation_meta.is_complete():
+                try:
+                    data = self.state.get_op_data_for_host(h, op_hash)
+                except KeyError:  # not an operation of this host
+                    continue
+                # operation_meta.is_complete() is the only record of "never finished": no public accessor for it
+                if not data.operation_meta.is_complete():
                     out[h.name] = ", ".join(sorted(self.state.get_op_meta(op_hash).names)) or op_hash[:8]
                     break
         return out
@@ -99,17 +103,18 @@ class RunSummary(BaseStateCallback):
 
 
 def watch(state) -> RunSummary:
-    """The run's summary watcher (registered once per pyinfra state; printed at exit)."""
-    state = state if isinstance(state, State) else ctx_state.get()  # the real state, not the context proxy
-    summary = _watchers.get(id(state))
-    if summary is None or summary.state is not state:
-        summary = _watchers[id(state)] = RunSummary(state)
-        state.add_callback_handler(summary)
-        if isinstance(state, State):  # a real run (not an op-fixture harness): print when pyinfra exits
-            atexit.register(summary.print)
-            from operations.controller.interrupt import install
+    """The run's summary watcher (made once per run, kept on its State; printed at exit)."""
+    return run_state.scoped(state if isinstance(state, State) else ctx_state.get(), "summary", _new_watcher)
 
-            install()  # Ctrl-C stops signalling and starts (see operations/controller/interrupt.py)
+
+def _new_watcher(state) -> RunSummary:
+    summary = RunSummary(state)
+    state.add_callback_handler(summary)
+    if isinstance(state, State):  # a real run (not an op-fixture harness): print when pyinfra exits
+        atexit.register(summary.print)  # pyinfra has no public end-of-run hook that also fires on an abort
+        from operations.controller.interrupt import install
+
+        install()  # Ctrl-C stops signalling and starts (see operations/controller/interrupt.py)
     return summary
 
 

@@ -69,6 +69,26 @@ class ReadCost:
         return self.worst or 0.0
 
 
+class StopAtDeadline(tenacity.stop.stop_base):
+    """tenacity stop: no time is left before the deadline for one more read (its worst overhead so far)."""
+
+    def __init__(self, deadline: Deadline, cost: ReadCost | None = None):
+        self.deadline, self.cost = deadline, cost or ReadCost()
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return self.deadline.remaining() - self.cost.margin() <= 0
+
+
+class WaitWithinDeadline(tenacity.wait.wait_base):
+    """tenacity wait: ``interval`` between reads, cut short so the next read still fits before the deadline."""
+
+    def __init__(self, interval: float, deadline: Deadline, cost: ReadCost | None = None):
+        self.interval, self.deadline, self.cost = interval, deadline, cost or ReadCost()
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        return max(0.0, min(self.interval, self.deadline.remaining() - self.cost.margin()))
+
+
 @dataclass
 class Outcome(Generic[T]):
     value: T
@@ -102,14 +122,8 @@ def poll(read: Callable[[float], T], done: Callable[[T], bool], deadline: Deadli
             on_read(value)
         return value
 
-    def no_time_left(_: tenacity.RetryCallState) -> bool:
-        return deadline.remaining() - cost.margin() <= 0
-
-    def pause(_: tenacity.RetryCallState) -> float:
-        return max(0.0, min(interval, deadline.remaining() - cost.margin()))
-
     retrying = tenacity.Retrying(
-        stop=no_time_left, wait=pause, sleep=clock.sleep,
+        stop=StopAtDeadline(deadline, cost), wait=WaitWithinDeadline(interval, deadline, cost), sleep=clock.sleep,
         retry=tenacity.retry_if_result(lambda v: not done(v)),
         retry_error_callback=lambda rs: rs.outcome.result(),
     )
