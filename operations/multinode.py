@@ -22,27 +22,22 @@ from dataclasses import dataclass, replace
 import gevent
 from gevent.event import AsyncResult
 from pyinfra import host, state
-from pyinfra.context import ctx_state
 from pyinfra.api import FunctionCommand, deploy, operation
+from pyinfra.context import ctx_state
 
 from operations.controller import output as report
-
-from operations import server
-
 from operations.controller import run_state, summary, supervisors, transition
-
-from operations.model import topology
-from operations.errors import Issue
-from operations.model.server_config import ServerConfig
-from operations.facts.engine import check_engine
-from operations.model.engine_check import EngineCheck
-from operations.errors import ConfigError
-from operations.facts.gpu import read_gpus
 from operations.controller.readiness import live_problems, placement_problem
 from operations.controller.remote import host_python
-from operations.facts.server import read_server
-from operations.model.server_state import ServerStatus, drift
 from operations.controller.supervisors import Supervisor
+from operations.errors import ConfigError, Issue
+from operations.facts.engine import check_engine
+from operations.facts.gpu import read_gpus
+from operations.facts.server import read_server
+from operations.model import hostdata, topology
+from operations.model.engine_check import EngineCheck
+from operations.model.server_config import ServerConfig
+from operations.model.server_state import ServerStatus, drift
 
 
 @dataclass(frozen=True)
@@ -128,7 +123,7 @@ def _read_group(rank, config, server_name, supervisor, state_dir, python) -> Gro
     def one(h) -> Member:
         h_rank = topology.rank_of(h, state.inventory)
         h_python = host_python(python, on_host=h)
-        cfg = topology.for_rank(server.resolve(config, on_host=h), h_rank)
+        cfg = topology.for_rank(hostdata.config_for(config, h), h_rank)
         sup = supervisors.for_host(server_name, supervisor, state_dir, h_python, h)
         status = None
         if h in state.active_hosts:

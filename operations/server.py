@@ -242,7 +242,8 @@ def stopped(server_name: str = "llm", port: int = 30000, supervisor: str | None 
                                  f"cannot tell whether it is its server: not signalling it; stop it by hand"))
         return
     if not status.alive:
-        host.noop(f"server {server_name} not running ({status.problem or status.status})")
+        other = f"; a server specops did not start answers on port {port}: left alone" if status.foreign else ""
+        host.noop(f"server {server_name} not running ({status.problem or status.status}){other}")
         return
     yield lock.acquired(f"server.stopped {server_name}", grace_s + 600, python)
     yield interrupt.guard(f"stopping server {server_name}")

@@ -18,23 +18,16 @@ from pathlib import Path
 from pyinfra import host, state
 from pyinfra.api import FunctionCommand, operation
 
-from operations.controller import interrupt
-
+from operations.controller import interrupt, summary, supervisors
 from operations.controller import lease as lock
-
 from operations.controller import output as report
-
-from operations.controller import summary
-
-from operations.reporting import tables as sweep_report
-
-from operations.model import topology
-from operations.errors import Issue
-from operations.model.server_config import ServerConfig
-from operations.errors import ConfigError
 from operations.controller.remote import host_python
-from operations.model.server_state import recorded_view
 from operations.controller.waiting import Deadline, RealClock, poll
+from operations.errors import ConfigError, Issue
+from operations.model import hostdata, topology
+from operations.model.server_config import ServerConfig
+from operations.model.server_state import recorded_view
+from operations.reporting import tables as sweep_report
 
 DEFAULT_RUNNER = ("-m", "sglang.bench_serving")  # after the host's Python
 
@@ -73,9 +66,7 @@ class Workload:
 def desired(config, on_host, hosts) -> ServerConfig:
     """The config as this host runs it (the host's launcher; in a group, its rank's nnodes/node-rank/dist-init-addr):
     what the server's own config hash is compared with, and what results are keyed by."""
-    from operations.server import resolve
-
-    return topology.for_rank(resolve(config, on_host), topology.rank_of(on_host, hosts))
+    return topology.for_rank(hostdata.config_for(config, on_host), topology.rank_of(on_host, hosts))
 
 
 def target_of(on_host, hosts) -> tuple[str, bool]:
@@ -140,8 +131,6 @@ def benchmarked(config, concurrency: int, results: str = "sweep-results", num_pr
         server.running(config="eagle3-llama3.1-8b")
         sweep.benchmarked(config="eagle3-llama3.1-8b", concurrency=16, results="sweep-results")
     """
-    from operations.server import _supervisor
-
     python = host_python(python)
     cfg = desired(config, host, state.inventory)
     workload = Workload.at(concurrency, num_prompts, input_len, output_len)
@@ -153,7 +142,7 @@ def benchmarked(config, concurrency: int, results: str = "sweep-results", num_pr
     if done(path, cfg, workload):
         host.noop(f"benchmark {cfg.name} c={concurrency}: result already collected ({path})")
         return
-    sup = _supervisor(server_name, None, state_dir, python)
+    sup = supervisors.for_host(server_name, None, state_dir, python, host)
     runner = list(runner or host.data.get("specops_bench_runner") or (python, *DEFAULT_RUNNER))
     weights = str(cfg.args.get("model_path") or cfg.args.get("model") or "")
     served = cfg.args.get("served_model_name")
