@@ -151,3 +151,42 @@ def test_a_host_program_that_imported_controller_code_is_caught(tmp_path):
         planted.unlink()
     assert "operations.controller" in str(err.value) and "yaml" in str(err.value), err.value
     assert "common" not in str(err.value)
+
+
+def _readme_section(title: str) -> str:
+    text = (PKG.parent / "README.md").read_text()
+    return text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_public_api_is_what_init_declares():
+    import importlib
+    import re
+
+    import operations
+
+    rows = [line for line in _readme_section("Public API").splitlines() if line.startswith("| `operations.")]
+    named = {re.match(r"\| `operations\.(\w+)`", row).group(1): row for row in rows}
+    assert set(named) == set(operations.__all__), (sorted(named), operations.__all__)
+    for module, row in named.items():
+        mod = importlib.import_module(f"operations.{module}")
+        for call in re.findall(rf"`{module}\.([\w.]+)[(`]", row):  # `gpu.idle(...)`, `facts.gpu.Gpus`
+            obj = mod
+            for part in call.split("."):
+                obj = getattr(obj, part, None) or importlib.import_module(f"{obj.__name__}.{part}")
+            assert callable(obj), (module, call)
+
+
+def test_the_readme_layout_names_paths_that_exist():
+    import re
+
+    section = _readme_section("Layout")
+    paths = [p for row in section.splitlines() if row.startswith("| `")
+             for p in re.findall(r"`([\w./-]+)`", row.split("|")[1])]
+    assert "operations/remote/" in paths and "simulator/" in paths, paths
+    base = {"gpu.py": "operations", "server.py": "operations", "multinode.py": "operations", "sweep.py": "operations",
+            "plan.py": "operations", "errors.py": "operations"}
+    missing = [p for p in paths if not (PKG.parent / base.get(p, "") / p).exists()]
+    assert not missing, missing
+    # every package of operations/ has its row
+    for pkg in (p for p in PKG.iterdir() if (p / "__init__.py").exists()):
+        assert f"operations/{pkg.name}/" in paths, pkg.name
