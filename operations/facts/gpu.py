@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 
 from pyinfra.api import FactBase, StringCommand
-from pyinfra.api.exceptions import FactProcessError
 
 from operations.controller.remote import guarded, host_python, python_script
+from operations.facts.document import read_document
 from operations.model.gpus import DEFAULT_DEVICES, GpuState, parse_probe
 
 
@@ -57,12 +57,7 @@ class Gpus(FactBase):
         return probe_command(host_python(python, host), nvml, wait, devices or gpu_devices(host), holders)
 
     def process(self, output: list[str]) -> dict:
-        try:
-            doc = json.loads("\n".join(output))
-            parse_probe(doc)  # refuse a document the model cannot read here, where the output is at hand
-            return doc
-        except (ValueError, KeyError, TypeError) as exc:
-            raise FactProcessError(f"unreadable GPU probe output: {exc}: {output[-3:]!r}") from exc
+        return read_document(output, parse_probe, "GPU probe output")
 
 
 def gpu_devices(on_host) -> str:

@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 
 from pyinfra.api import FactBase
-from pyinfra.api.exceptions import FactProcessError
 
 from operations.controller import supervisors
 from operations.controller.remote import guarded, host_python, python_script
+from operations.facts.document import read_document
 from operations.model.server_state import ServerStatus, parse_status
 
 
@@ -44,12 +44,7 @@ class Server(FactBase):
         return guarded(python, python_script(python, "server_ctl.py", *args), missing)
 
     def process(self, output: list[str]) -> dict:
-        try:
-            doc = json.loads("\n".join(output))
-            parse_status(doc)  # refuse a document the model cannot read here, where the output is at hand
-            return doc
-        except (ValueError, KeyError, TypeError) as exc:
-            raise FactProcessError(f"unreadable server status: {exc}") from exc
+        return read_document(output, parse_status, "server status")
 
 
 def read_server(on_host, sup, port: int, python: str) -> ServerStatus:
