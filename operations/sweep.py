@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from pyinfra import host, state
@@ -23,44 +22,13 @@ from operations.controller import lease as lock
 from operations.controller import output as report
 from operations.controller.remote import host_python
 from operations.controller.waiting import Deadline, RealClock, poll
-from operations.errors import ConfigError, Issue
 from operations.model import hostdata, topology
 from operations.model.server_config import ServerConfig
+from operations.model.workload import Workload
 from operations.model.server_state import recorded_view
 from operations.reporting import tables as sweep_report
 
 DEFAULT_RUNNER = ("-m", "sglang.bench_serving")  # after the host's Python
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What one benchmark level sends (``sglang.bench_serving``'s random dataset, fixed lengths)."""
-
-    concurrency: int
-    num_prompts: int
-    input_len: int = 1024
-    output_len: int = 512
-
-    @classmethod
-    def at(cls, concurrency: int, num_prompts: int | None = None, input_len: int = 1024, output_len: int = 512):
-        issues = [Issue(f, f"{v!r}: must be a positive integer") for f, v in
-                  (("concurrency", concurrency), ("num_prompts", num_prompts), ("input_len", input_len),
-                   ("output_len", output_len)) if v is not None and (not isinstance(v, int) or v < 1)]
-        if issues:
-            raise ConfigError(issues)
-        return cls(concurrency, num_prompts or max(8, 4 * concurrency), input_len, output_len)
-
-    def runner_args(self, port: int, model: str, tokenizer: str, backend: str = "sglang") -> list[str]:
-        return ["--backend", backend, "--host", "127.0.0.1", "--port", str(port), "--model", model,
-                "--tokenizer", tokenizer,
-                "--dataset-name", "random", "--random-input-len", str(self.input_len),
-                "--random-output-len", str(self.output_len), "--random-range-ratio", "1.0",
-                "--num-prompts", str(self.num_prompts), "--max-concurrency", str(self.concurrency),
-                "--disable-tqdm", "--seed", "1", "--warmup-requests", "1"]
-
-    def as_dict(self) -> dict:
-        return {"concurrency": self.concurrency, "num_prompts": self.num_prompts, "input_len": self.input_len,
-                "output_len": self.output_len}
 
 
 def desired(config, on_host, hosts) -> ServerConfig:
@@ -133,7 +101,7 @@ def benchmarked(config, concurrency: int, results: str = "sweep-results", num_pr
     """
     python = host_python(python)
     cfg = desired(config, host, state.inventory)
-    workload = Workload.at(concurrency, num_prompts, input_len, output_len)
+    workload = Workload.at(concurrency, num_prompts, input_len, output_len, on_host=host)
     target, runs_here = target_of(host, state.inventory)
     if not runs_here:
         host.noop(f"benchmark {cfg.name} c={concurrency}: rank 0 of group {target} runs it")
