@@ -16,7 +16,6 @@ A rank whose host is unreachable fails the group's run on every reachable rank, 
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 
 import gevent
@@ -28,7 +27,7 @@ from pyinfra.context import ctx_state
 from operations.controller import output as report
 from operations.controller import run_state, summary, supervisors, transition
 from operations.controller.readiness import live_problems, placement_problem
-from operations.controller.remote import host_python
+from operations.controller.remote import ask, host_python
 from operations.controller.supervisors import Supervisor
 from operations.errors import ConfigError, Issue
 from operations.facts.engine import check_engine
@@ -221,11 +220,7 @@ def _leader_ready(config, server_name, supervisor, state_dir, python, progress_s
 
 def _live(m: Member, mark: bool = True) -> dict:
     args = ("live", m.sup.directory) + (() if mark else ("peek",))
-    ok, out = m.host.run_shell_command(m.sup.ctl(*args))
-    try:
-        return json.loads("\n".join(out.stdout_lines))
-    except ValueError:
-        return {"alive": False, "log_tail": [f"server_ctl: {' '.join(out.stderr_lines[-3:])}"]}
+    return ask(m.host, m.sup.ctl(*args), lambda why: {"alive": False, "log_tail": [f"server_ctl: {why}"]})
 
 
 def _await_worker(state, host, plan: GroupPlan, me: Member) -> bool:

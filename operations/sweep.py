@@ -20,7 +20,7 @@ from pyinfra.api import FunctionCommand, operation
 from operations.controller import interrupt, summary, supervisors
 from operations.controller import lease as lock
 from operations.controller import output as report
-from operations.controller.remote import host_python
+from operations.controller.remote import ask, host_python
 from operations.controller.waiting import Deadline, RealClock, poll
 from operations.model import hostdata, topology
 from operations.model.server_config import ServerConfig
@@ -170,11 +170,8 @@ def _run(state, host, cfg: ServerConfig, sup, argv, workload: Workload, path: Pa
 
 
 def _ctl(host, sup, name: str, opts: dict) -> dict:
-    ok, out = host.run_shell_command(sup.ctl("bench", sup.directory, name, json.dumps(opts), program="bench_ctl.py"))
-    try:
-        return json.loads("\n".join(out.stdout_lines))
-    except ValueError:
-        return {"error": f"server_ctl bench: {' '.join(out.stderr_lines[-3:]) or 'no output'}"}
+    return ask(host, sup.ctl("bench", sup.directory, name, json.dumps(opts), program="bench_ctl.py"),
+               lambda why: {"error": f"bench_ctl: {why}"})
 
 
 @operation()

@@ -30,7 +30,7 @@ from operations.model import hostdata
 from operations.controller import interrupt, run_state
 
 from operations.controller import output as report
-from operations.controller.remote import host_python, python_script
+from operations.controller.remote import ask, host_python, python_script
 from operations.remote.common import start_time
 from operations.controller.waiting import Deadline, RealClock, poll
 
@@ -96,11 +96,7 @@ def acquired(what: str, ttl_s: float, python: str | None = None) -> FunctionComm
 
 
 def _ctl(host, python: str, *args: str) -> dict:
-    ok, out = host.run_shell_command(python_script(python, "lease.py", *args))
-    try:
-        return json.loads("\n".join(out.stdout_lines))
-    except ValueError:
-        return {"error": " ".join(out.stderr_lines[-3:]) or "no output"}
+    return ask(host, python_script(python, "lease.py", *args))
 
 
 def describe(holder: dict, now: float) -> str:

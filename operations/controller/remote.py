@@ -94,6 +94,17 @@ def readable(raw: str) -> str:
                   r"\1 <\2>", raw, flags=re.S)
 
 
+def ask(on_host, command, unreadable=lambda why: {"error": why}) -> dict:
+    """Run a host program's ``command`` on ``on_host`` and return the JSON document it printed; when it printed
+    none (it crashed, the connection dropped), ``unreadable(why)``, ``why`` being its last stderr lines."""
+    ok, out = on_host.run_shell_command(command)
+    try:
+        doc = json.loads("\n".join(out.stdout_lines))
+    except ValueError:
+        doc = None
+    return doc if isinstance(doc, dict) else unreadable(" ".join(out.stderr_lines[-3:]) or "no output")
+
+
 def guarded(python: str, command: StringCommand, fallback_stdout: str) -> StringCommand:
     """Run ``command`` if ``python`` exists on the host, else print ``fallback_stdout`` (keeps it one round trip)."""
     return StringCommand("if command -v", QuoteString(python), ">/dev/null 2>&1; then", command,

@@ -18,6 +18,7 @@ from operations.controller import interrupt
 from operations.controller import lease as lock
 from operations.controller import output as report
 from operations.controller.readiness import Readiness, await_ready, placement_problem
+from operations.controller.remote import ask
 from operations.controller.waiting import RealClock
 from operations.facts.gpu import read_gpus
 from operations.model.gpus import process_table
@@ -61,11 +62,7 @@ def stop_and_idle(sup, cfg: ServerConfig, alive: bool, idle: bool, users, grace_
 def prepare_dir(state, host, sup) -> bool:
     """The server's 0700 directory created or checked (refused in a tree other users can write), a corrupt
     state.json set aside; what was done is said."""
-    ok, out = host.run_shell_command(sup.ctl("prepare", sup.directory))
-    try:
-        doc = json.loads("\n".join(out.stdout_lines))
-    except ValueError:
-        doc = {"error": " ".join(out.stderr_lines[-3:]) or "no output"}
+    doc = ask(host, sup.ctl("prepare", sup.directory))
     for note in doc.get("notes") or ():
         report.log(host, f"server {sup.name}: {note}", fg="yellow")
     if "error" in doc:
@@ -124,11 +121,8 @@ def verify_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: f
     def read(budget: float) -> dict:
         opts = {"budget_s": round(budget, 3), "prompt": cfg.prompt, "engine": cfg.engine,
                 "model": cfg.args.get("served_model_name") or cfg.args.get("model")}
-        ok, out = host.run_shell_command(sup.ctl("wait", sup.directory, str(cfg.port), json.dumps(opts)))
-        try:
-            doc = json.loads("\n".join(out.stdout_lines))
-        except ValueError:
-            return {"dead": False, "health_generate": None, "generated": f"server_ctl: {out.stderr_lines[-3:]}"}
+        doc = ask(host, sup.ctl("wait", sup.directory, str(cfg.port), json.dumps(opts)),
+                  lambda why: {"dead": False, "health_generate": None, "generated": f"server_ctl: {why}"})
         pid[0] = doc.get("pid") or pid[0]
         if peers is not None and not doc.get("dead") and not doc.get("generation_ok"):
             doc = peers() or doc
