@@ -1,5 +1,9 @@
 """The op-fixture harness: run an operation's body as pyinfra prepares it (``--dry``), facts in, commands out.
 
+The body is consumed whole, every fact answering with the fixture's document: the plan as it stands before
+anything ran (pyinfra itself only takes the first command while preparing, and at execute runs the body lazily,
+so later reads there see what earlier commands did; a fixture's ``note`` says where that matters).
+
 A fixture names each fact's document (``tests/ops/facts/<name>.json``, captured from the simulated host through
 ``pyinfra INVENTORY fact ...``, or a variant of one) or gives it inline. Commands come out as text:
 ``PY <program> ARGS`` for host programs, ``upload PATH`` for files, ``call NAME`` for controller steps,
