@@ -22,7 +22,6 @@ import gevent
 from gevent.event import AsyncResult
 from pyinfra import host, state
 from pyinfra.api import FunctionCommand, deploy, operation
-from pyinfra.context import ctx_state
 
 from operations.controller import output as report
 from operations.controller import run_state, summary, supervisors, transition
@@ -102,7 +101,7 @@ class GroupPlan:
 def group_plan(config, server_name: str, supervisor, state_dir, python) -> GroupPlan:
     """The group's plan, read once per stage (prepare/execute) by whichever rank asks first."""
     rank = topology.rank_of(host, state.inventory)
-    plans = run_state.scoped(ctx_state.get(), "group_plans", lambda _state: {})  # key -> AsyncResult
+    plans = run_state.scoped(state, "group_plans", lambda _state: {})  # key -> AsyncResult
     key = (state.is_executing, rank.group, server_name)
     if key not in plans:
         plans[key] = result = AsyncResult()

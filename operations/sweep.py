@@ -21,7 +21,7 @@ from operations.controller import interrupt, summary, supervisors
 from operations.controller import lease as lock
 from operations.controller import output as report
 from operations.controller.remote import ask, host_python
-from operations.controller.waiting import Deadline, RealClock, poll
+from operations.controller.waiting import Deadline, ReadCost, RealClock, poll
 from operations.model import hostdata, topology
 from operations.model.server_config import ServerConfig
 from operations.model.workload import Workload
@@ -147,8 +147,9 @@ def _run(state, host, cfg: ServerConfig, sup, argv, workload: Workload, path: Pa
         if not finished(doc):
             report.log(host, f"{label}: running {doc.get('elapsed_s', 0):.0f} s: {doc.get('last_line', '')[:120]}")
 
+    # the first read may wait a whole chunk too (a host-side wait has no overhead worth learning first)
     outcome = poll(read, finished, Deadline(RealClock(), timeout_s), interval=0.0, chunk=progress_s,
-                   on_read=progress)
+                   on_read=progress, cost=ReadCost(worst=0.0))
     doc = outcome.value
     if not outcome.done:
         _ctl(host, sup, name, {**opts, "stop": True})

@@ -51,9 +51,6 @@ class FakeHost:
     def run_shell_command(self, *args, **kwargs):
         raise AssertionError(f"{self.name}: a command ran while preparing: {args}")
 
-    def get_temp_filename(self, name, hash_filename=True):
-        return f"/tmp/{name}"
-
 
 class FakeConfig:
     DIFF = False

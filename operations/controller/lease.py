@@ -127,7 +127,7 @@ def _acquire(state, host, what: str, ttl_s: float, python: str | None) -> bool:
     me = {**run.owner, "what": what}
     clock, path = RealClock(), lease_path(host)
     wait_s = hostdata.lock_wait_s(host)
-    deadline, breaking, shown = Deadline(clock, wait_s), [None], []
+    deadline, breaking, shown = Deadline(clock, wait_s), [None], [None]  # shown: when the last waiting line was
 
     def attempt(_budget: float) -> dict:
         doc = _take(host, python, path, me, ttl_s, what, breaking[0])
@@ -139,9 +139,9 @@ def _acquire(state, host, what: str, ttl_s: float, python: str | None) -> bool:
 
     def progress(doc: dict) -> None:
         holder = doc.get("holder")
-        if doc.get("acquired") or holder is None or (shown and clock.now() - shown[-1] < 10):
+        if doc.get("acquired") or holder is None or (shown[0] is not None and clock.now() - shown[0] < 10):
             return
-        shown.append(clock.now())
+        shown[0] = clock.now()
         report.log(host, f"lock: waiting for another specops run: {describe(holder, doc['now'])} "
                          f"({deadline.elapsed():.0f} of {wait_s:.0f} s){_not_checkable(holder, me, path, doc['now'])}")
 
@@ -154,7 +154,7 @@ def _acquire(state, host, what: str, ttl_s: float, python: str | None) -> bool:
         if took:
             report.log(host, f"lock: took over the lease of {describe(took, time.time())}: "
                              f"{'its run has ended' if took['why'] == 'broken' else 'it had expired'}")
-        elif doc.get("fresh") and shown:
+        elif doc.get("fresh") and shown[0] is not None:
             report.log(host, f"lock: acquired after {deadline.elapsed():.0f} s")
         return True
     holder = doc.get("holder")

@@ -6,14 +6,14 @@ pyinfra offers no public slot for a library's per-run data, so specops keeps exa
 """
 from __future__ import annotations
 
-from pyinfra.context import ContextObject
+from pyinfra.context import ContextObject, ctx_state
 
 ATTR = "_specops_run"
 
 
 def real(state):
     """The State itself, not pyinfra's context proxy (``from pyinfra import state``) that stands for it."""
-    return state._get_module() if isinstance(state, ContextObject) else state
+    return ctx_state.get() if isinstance(state, ContextObject) else state
 
 
 def scoped(state, name: str, factory):

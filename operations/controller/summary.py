@@ -104,7 +104,7 @@ class RunSummary(BaseStateCallback):
 
 def watch(state) -> RunSummary:
     """The run's summary watcher (made once per run, kept on its State; printed at exit)."""
-    return run_state.scoped(state if isinstance(state, State) else ctx_state.get(), "summary", _new_watcher)
+    return run_state.scoped(state, "summary", _new_watcher)
 
 
 def _new_watcher(state) -> RunSummary:
