@@ -100,8 +100,7 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
         return
     plan = plan_idle(current, sel)
     if plan.idle:
-        used = sum(plan.held_mib.values())
-        host.noop(f"GPU {','.join(map(str, plan.gpus))} already idle ({used} MiB used, via {current.source})")
+        host.noop(already_idle(plan, current))
         return
     if report.print_plan_now():
         for line in plan.describe():
@@ -115,6 +114,27 @@ def idle(gpus=None, users=None, names=None, protected=DEFAULT_PROTECTED, extra_p
         yield interrupt.guard("signalling GPU processes")
         yield python_script(python, "signalling.py", "TERM", *(t.spec for t in plan.targets))
     yield FunctionCommand(_converge, (python, sel, plan, timing), {})
+
+
+def already_idle(plan, current) -> str:
+    return f"GPU {','.join(map(str, plan.gpus))} already idle ({sum(plan.held_mib.values())} MiB used, via {current.source})"
+
+
+def converge_now(host, python, sel, timing) -> bool:
+    """At execute time, within another operation: read the GPUs, plan, refuse or signal, and converge, exactly
+    as ``gpu.idle`` does (its verdict printed, False when not idle)."""
+    current = read_gpus(host, python)
+    plan = plan_idle(current, sel) if current.available else None
+    refused = refusal(plan) if plan is not None else None
+    if plan is None or refused:
+        report.error(host, f"gpu.idle: {refused.text if refused else 'cannot read GPUs: ' + str(current.error)}")
+        return False
+    for line in plan.describe():
+        report.log(host, f"gpu.idle plan: {line}")
+    if plan.targets:
+        interrupt.check("signalling GPU processes")
+        host.run_shell_command(python_script(python, "signalling.py", "TERM", *(t.spec for t in plan.targets)))
+    return _converge(None, host, python, sel, plan, timing)
 
 
 @interrupt.stops_on_interrupt

@@ -16,7 +16,7 @@ from operations.controller.readiness import live_problems, placement_problem, se
 from operations.controller.remote import host_python
 from operations.errors import ConfigError, Issue
 from operations.facts.engine import check_engine
-from operations.facts.gpu import read_gpus
+from operations.facts.view import read_view
 from operations.facts.server import read_server
 from operations.model import config as configs
 from operations.model import hostdata, topology
@@ -101,11 +101,10 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
     python = host_python(python)
     cfg = resolve(config)
     sup = _supervisor(server_name, supervisor, state_dir, python)
-    gpus_now = read_gpus(host, python)
+    gpus_now, status = read_view(host, sup, cfg.port, python)  # one round trip: a no-op converge is this alone
     issues = validate(cfg, HostContext(host.name, len(gpus_now.gpus) if gpus_now.available else None))
     if issues:
         raise ConfigError(issues)
-    status = read_server(host, sup, cfg.port, python)
     if status.unsafe:
         yield summary.failure(f"server.running {server_name}: {status.problem}; nothing changed")
         return
@@ -156,11 +155,21 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
             ours = {status.pid} if status.alive else set()
             if ours:
                 report.log(host, f"    stop server {server_name} (pid {status.pid}) through its supervisor")
-            for line in plan.describe():
-                if not any(f"pid {pid} " in line for pid in ours):
+            for line in plan.describe():  # the server's own processes: its supervisor stops their group
+                if not any(f"pid {pid} " in line or f"(process group {pid})" in line for pid in ours):
                     report.log(host, f"    gpu.idle plan: {line}")
     if _rolling():  # a failed batch stops the rollout before this host is touched
         yield FunctionCommand(_rollout_gate, (host.current_op_hash, server_name), {})
+    sel = Selection(frozenset(cfg.gpu_indices()), gpu.as_patterns(users))
+    plan = transition.one_step_plan(cfg, status, gpus_now, idle, sel)
+    if plan is not None:  # nothing to stop but our own server: the whole switch runs on the host at once
+        if report.print_plan_now():
+            report.log(host, f"    one host-side step: {'stop the server, ' if status.alive else ''}"
+                             f"{'wait for GPU memory release, ' if idle else ''}start, wait until it generates")
+        timing = gpu.timing_of(grace_s, idle_deadline_s)
+        yield from transition.one_step(sup, cfg, files, status, gpus_now, plan, sel, timing, check.version, python,
+                                       progress_s, idle)
+        return
     yield from transition.stop_and_idle(sup, cfg, status.alive, idle, users, grace_s, idle_deadline_s, python)
     yield from transition.launch(sup, cfg, files, check.version)
     yield FunctionCommand(transition.verify_ready, (cfg, sup, python, progress_s), {})

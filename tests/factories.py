@@ -25,4 +25,4 @@ def host_program(name: str, *args: str, python: str = sys.executable) -> list[st
     $HOME/.cache/specops first): give it an env with HOME set to a test directory."""
     from operations.controller.remote import python_script
 
-    return ["sh", "-c", python_script(python, name, *args).get_raw_value()]
+    return ["sh", "-c", python_script(python, name, *args, install=True).get_raw_value()]

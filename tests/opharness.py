@@ -4,9 +4,10 @@ The body is consumed whole, every fact answering with the fixture's document: th
 anything ran (pyinfra itself only takes the first command while preparing, and at execute runs the body lazily,
 so later reads there see what earlier commands did; a fixture's ``note`` says where that matters).
 
-A fixture names each fact's document (``tests/ops/facts/<name>.json``, captured from the simulated host through
+A fixture names each fact's document (``HostView``, the GPUs and the server read at once, is made of the
+``Gpus`` and ``Server`` documents unless given) (``tests/ops/facts/<name>.json``, captured from the simulated host through
 ``pyinfra INVENTORY fact ...``, or a variant of one) or gives it inline. Commands come out as text:
-``PY <program> ARGS`` for host programs, ``upload PATH`` for files, ``call NAME`` for controller steps,
+``PY <program> ARGS`` for host programs, ``upload PATH`` for files, ``call NAME`` for controller steps (``call switch SPEC`` with the host-side transition's steps),
 ``fail: MESSAGE`` for a failure the operation already sees. Nothing here touches a host: a fake host that
 was asked to run a command fails the test.
 """
@@ -39,6 +40,8 @@ class FakeHost:
 
     def get_fact(self, fact, **kwargs):
         self.fact_calls.append((fact.__name__, kwargs))
+        if fact.__name__ == "HostView" and "HostView" not in self.facts:  # observe.py: both documents at once
+            return {"gpus": self.facts["Gpus"], "server": self.facts["Server"]}
         assert fact.__name__ in self.facts, f"{self.name}: no {fact.__name__} document in the fixture ({kwargs})"
         return self.facts[fact.__name__]
 
@@ -77,6 +80,8 @@ def serialise(command, host) -> str:
         if command.function.__name__ == "_fail":
             assert command.function(FakeState(), host, *command.args) is False  # it fails this host only
             return f"fail: {command.args[0]}"
+        if command.function.__name__ == "switch":  # the one host-side transition: what it is asked to do
+            return f"call switch {json.dumps(command.args[2], sort_keys=True)}"
         return f"call {command.function.__name__}"
     if isinstance(command, FileUploadCommand):
         return f"upload {command.dest}"

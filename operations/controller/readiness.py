@@ -90,8 +90,10 @@ def _pending_reason(doc: dict) -> str:
 
 
 def await_ready(read: Callable[[float], dict], cfg: ServerConfig, clock: Clock, log: Callable[[str], None],
-                progress_s: float = 10.0, poll_s: float = 0.1) -> Readiness:
-    deadline = Deadline(clock, cfg.ready_timeout_s)
+                progress_s: float = 10.0, poll_s: float = 0.1, spent_s: float = 0.0) -> Readiness:
+    """Read until a verdict or ``ready_timeout_s``, of which ``spent_s`` already went by (a host-side wait
+    that ran before this: its reading is ``read``'s first answer)."""
+    deadline = Deadline(clock, max(0.0, cfg.ready_timeout_s - spent_s))
     verdicts: list[Readiness | None] = [None]
     next_progress = [progress_s]
 
@@ -101,9 +103,9 @@ def await_ready(read: Callable[[float], dict], cfg: ServerConfig, clock: Clock, 
         verdict = judge(cfg, doc, low[0])
         low[0] = low[0] + 1 if verdict is not None and verdict.status == "low-pending" else 0
         verdicts[0] = None if verdict is not None and verdict.status == "low-pending" else verdict
-        if verdicts[0] is None and deadline.elapsed() >= next_progress[0]:
-            next_progress[0] = deadline.elapsed() + progress_s
-            log(f"waiting for the server: {deadline.elapsed():.0f}s of {cfg.ready_timeout_s:.0f}s, "
+        if verdicts[0] is None and (spent_s + deadline.elapsed()) >= next_progress[0]:
+            next_progress[0] = (spent_s + deadline.elapsed()) + progress_s
+            log(f"waiting for the server: {(spent_s + deadline.elapsed()):.0f}s of {cfg.ready_timeout_s:.0f}s, "
                 f"{_pending_reason(doc)}")
 
     outcome = poll(read, lambda doc: verdicts[0] is not None, deadline, poll_s, on_read, chunk=progress_s,
@@ -113,7 +115,7 @@ def await_ready(read: Callable[[float], dict], cfg: ServerConfig, clock: Clock, 
         verdict = Readiness("timeout", 0.0, (_pending_reason(outcome.value),),
                             tuple(outcome.value.get("log_tail") or ()))
     # the log may echo the server's arguments (SGLang logs its ServerArgs, api_key included) or environment
-    return Readiness(verdict.status, deadline.elapsed(), tuple(map(cfg.redact, verdict.reasons)),
+    return Readiness(verdict.status, spent_s + deadline.elapsed(), tuple(map(cfg.redact, verdict.reasons)),
                      tuple(map(cfg.redact, verdict.log_tail)), verdict.accept_length)
 
 

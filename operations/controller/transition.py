@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import posixpath
 import uuid
+from dataclasses import replace
 from io import StringIO
 
 from pyinfra import host, logger
@@ -18,10 +19,12 @@ from operations.controller import interrupt
 from operations.controller import lease as lock
 from operations.controller import output as report
 from operations.controller.readiness import Readiness, await_ready, placement_problem
-from operations.controller.remote import ask
+from operations.controller.idle_converge import wait_condition
+from operations.controller.remote import ask, ask_streaming, connector_arguments
 from operations.controller.waiting import RealClock
 from operations.facts.gpu import read_gpus
-from operations.model.gpus import process_table
+from operations.model.gpus import parse_probe, process_table
+from operations.model.idle_plan import IdlePlan, plan_idle
 from operations.model.server_config import ServerConfig
 from operations.model.server_state import recorded_view
 
@@ -116,9 +119,21 @@ def uploads(files):
 @interrupt.stops_on_interrupt
 def verify_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: float, peers=None) -> bool:
     """Wait for readiness; ``peers()`` (multi-node rank 0) may report a dead rank between rounds."""
-    pid = [None]
+    return judge_ready(host, cfg, sup, python, progress_s, peers)
+
+
+def judge_ready(host, cfg: ServerConfig, sup, python: str, progress_s: float, peers=None, first: dict | None = None,
+                placed: dict | None = None) -> bool:
+    """The readiness verdict, the placement check, and (only then) the server marked verified; a failed start
+    is stopped. ``first``: a reading the host-side transition already took (its wait time counts against
+    ``ready_timeout_s``), ``placed``: the GPU probe it took right after."""
+    pid, reads = [None], [0]
 
     def read(budget: float) -> dict:
+        reads[0] += 1
+        if first is not None and reads[0] == 1:
+            pid[0] = first.get("pid")
+            return first
         opts = {"budget_s": round(budget, 3), "prompt": cfg.prompt, "engine": cfg.engine,
                 "model": cfg.args.get("served_model_name") or cfg.args.get("model")}
         doc = ask(host, sup.ctl("wait", sup.directory, str(cfg.port), json.dumps(opts)),
@@ -128,8 +143,13 @@ def verify_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: f
             doc = peers() or doc
         return doc
 
-    verdict = await_ready(read, cfg, RealClock(), lambda m: report.log(host, f"server.running: {m}"), progress_s)
-    misplaced = placement_problem(cfg, read_gpus(host, python), pid[0]) if verdict.ok else None
+    spent = float(first.get("waited_s") or 0.0) if first else 0.0
+    verdict = await_ready(read, cfg, RealClock(), lambda m: report.log(host, f"server.running: {m}"), progress_s,
+                          spent_s=spent)
+    misplaced = None
+    if verdict.ok:  # the transition's own GPU reading, unless later reads let the server move on since
+        gpus = parse_probe(placed) if placed is not None and reads[0] == 1 else read_gpus(host, python)
+        misplaced = placement_problem(cfg, gpus, pid[0])
     if misplaced:  # on GPUs another job may need: stop it, as any failed start is stopped
         verdict = Readiness("misplaced", verdict.elapsed, (misplaced,))
     if verdict.ok:  # only a completed verification marks the server running (never a host-side wait)
@@ -147,3 +167,89 @@ def verify_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: f
     lines += ["  GPU processes now:"] + [f"    {line}" for line in process_table(read_gpus(host, python))]
     report.error(host, "\n".join(lines))
     return False
+
+
+# ---- the one-step switch: the whole transition run by one host program ------------------------------------
+STAGED = "staged.json"  # the launch files, uploaded into the server's 0700 directory ahead of the stop
+
+
+def one_step_plan(cfg: ServerConfig, status, gpus_now, idle: bool, sel):
+    """The idle plan when the whole switch can run on the host in one step (``transition.py``), else None: no
+    privilege elevation (its uploads take their own path), readable GPUs, and nothing on the server's GPUs to
+    stop but our own server (its supervisor stops it; the host then only waits for the memory). Anything else
+    takes the step-by-step path (``stop_and_idle``, ``launch``, ``verify_ready``)."""
+    args = getattr(host, "current_op_global_arguments", None) or {}
+    if any(args.get(k) for k in ELEVATION):
+        return None
+    if not idle:
+        return IdlePlan(tuple(cfg.gpu_indices()), idle=True)
+    if not gpus_now.available:
+        return None
+    plan = plan_idle(gpus_now, sel)
+    ours = {status.pid} if status.alive and status.pid else set()
+    if plan.foreign or plan.unreadable or any(t.pid not in ours and t.pgid not in ours for t in plan.targets):
+        return None
+    return plan
+
+
+def one_step(sup, cfg: ServerConfig, files, status, gpus_now, plan, sel, timing, engine_version, python, progress_s,
+             idle):
+    """Commands: the lease, the server directory, the launch files uploaded as one staged file while the old
+    server still serves, then one host program for stop -> release -> start -> ready (``switch``)."""
+    yield lock.acquired(f"server {sup.name} -> config {cfg.name}",
+                        timing.deadline_s + timing.grace_s + cfg.stop_grace_s + cfg.ready_timeout_s + 600, python)
+    yield FunctionCommand(prepare_dir, (sup,), {})
+    yield FileUploadCommand(StringIO(staged(sup, files)), sup.path(STAGED))
+    devices = host.data.get("specops_gpu_devices") or None
+    release = idle and (status.alive or not plan.idle)
+    if idle and not release:  # nothing stopped, nothing held: as gpu.idle says it
+        host.noop(gpu.already_idle(plan, gpus_now))
+    spec = {"stop": {"grace_s": cfg.stop_grace_s, "unit": sup.unit} if status.alive else None,
+            "release": ({"condition": {**wait_condition(plan, sel, timing, idle=True), "budget_s": timing.deadline_s,
+                                       "stop_on_intruders": True}, "devices": devices} if release else None),
+            "staged": STAGED, "start": {"hash": cfg.config_hash, "port": cfg.port, "unit": sup.unit},
+            "annotate": recorded_view(cfg, engine_version), "devices": devices,
+            "wait": {"budget_s": cfg.ready_timeout_s, "prompt": cfg.prompt, "engine": cfg.engine,
+                     "model": cfg.args.get("served_model_name") or cfg.args.get("model"), "progress_s": progress_s}}
+    yield interrupt.guard(f"switching server {sup.name}")
+    yield FunctionCommand(switch, (cfg, sup, spec, files, sel, timing, python, progress_s,
+                                   connector_arguments(host)), {})
+
+
+def staged(sup, files) -> str:
+    """The launch files as one document for ``transition.py`` (paths outside the server directory: the unit)."""
+    return json.dumps({"files": [{"path": f.path, "content": f.content, "mode": f.mode,
+                                  "outside": posixpath.dirname(f.path) != sup.directory} for f in files]})
+
+
+@interrupt.stops_on_interrupt
+def switch(state, host, cfg: ServerConfig, sup, spec: dict, files, sel, timing, python, progress_s,
+           arguments: dict) -> bool:
+    """Run the host-side transition, printing its progress lines as they come, then judge it: a release the
+    host could not prove goes through ``gpu.idle``'s own converge (same verdicts, same kills) and, once idle,
+    the rest runs again on the host; then readiness, placement and the verified mark as ``verify_ready``."""
+    doc = _transition(host, sup, spec, arguments)
+    if doc.get("phase") in ("stop", "release"):
+        step = doc[doc["phase"]]
+        report.log(host, f"server.running: {step.get('error')}: handing over to gpu.idle", fg="yellow")
+        if doc["phase"] == "release" and not step.get("intruders") and step.get("source") != "none":
+            # the host already waited the whole deadline for the release: judge what is there, do not wait again
+            timing = replace(timing, grace_s=0.0, deadline_s=max(0.5, 4 * timing.stable_s))
+        if not gpu.converge_now(host, python, sel, timing):
+            return False
+        if not host.put_file(StringIO(staged(sup, files)), sup.path(STAGED)):
+            report.error(host, f"server.running: could not upload {sup.path(STAGED)}")
+            return False
+        doc = _transition(host, sup, {**spec, "stop": None, "release": None}, arguments)
+    if doc.get("phase") not in ("wait", "done"):
+        step = doc.get(doc.get("phase") or "")
+        why = (step.get("error") if isinstance(step, dict) else None) or doc.get("error")
+        report.error(host, f"server.running: {doc.get('phase') or 'transition'} failed: {why}")
+        return False
+    return judge_ready(host, cfg, sup, python, progress_s, first=doc["wait"], placed=doc.get("gpus"))
+
+
+def _transition(host, sup, spec: dict, arguments: dict) -> dict:
+    return ask_streaming(host, sup.ctl(sup.directory, json.dumps(spec, sort_keys=True), program="transition.py"),
+                         lambda line: report.log(host, f"server.running: {line}"), arguments,
+                         lambda why: {"phase": None, "error": f"transition: {why}"})

@@ -49,7 +49,7 @@ class EngineParse(FactBase):
         elif not isinstance(flags, str):  # the CLI hands ``flags=[...]`` over as a list
             flags = json.dumps(list(flags))
         missing = json.dumps({"ok": False, "version": None, "error": f"{python} not found on the host"})
-        return guarded(python, python_script(python, "engine_check.py", flags, engine_yaml), missing)
+        return guarded(python, python_script(python, "engine_check.py", flags, engine_yaml, install=True), missing)
 
     def process(self, output: list[str]) -> dict:
         try:

@@ -17,7 +17,7 @@ def probe_command(python: str = "python3", nvml: bool = True, wait: str | None =
     args = ([] if nvml else ["--no-nvml"]) + ([] if wait is None else ["--wait", wait])
     args += ([] if not devices or devices == DEFAULT_DEVICES else ["--devices", devices])
     args += ["--fd-holders"] if holders else []
-    return guarded(python, python_script(python, "probe_gpu.py", *args), missing)
+    return guarded(python, python_script(python, "probe_gpu.py", *args, install=True), missing)
 
 
 class Gpus(FactBase):

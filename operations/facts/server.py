@@ -41,7 +41,7 @@ class Server(FactBase):
             directory, unit = sup.directory, unit or sup.unit
         args = ["status", directory, str(port)] + ([unit] if unit else [])
         missing = json.dumps({"error": f"{python} not found on host"})
-        return guarded(python, python_script(python, "server_ctl.py", *args), missing)
+        return guarded(python, python_script(python, "server_ctl.py", *args, install=True), missing)
 
     def process(self, output: list[str]) -> dict:
         return read_document(output, parse_status, "server status")

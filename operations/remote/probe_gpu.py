@@ -133,13 +133,24 @@ def satisfied(doc, cond):
                for g in doc["gpus"] if g["index"] in chosen)
 
 
+def intruders(doc, cond):
+    """Processes on the chosen GPUs that the condition neither waits to go (``absent``) nor tolerates."""
+    known = set(cond.get("absent", ())) | set(cond.get("tolerated_pids", ()))
+    uuids = {g["uuid"] for g in doc["gpus"] if g["index"] in set(cond.get("gpus", ()))}
+    return [a["pid"] for a in doc["apps"] if a["gpu_uuid"] in uuids and a["pid"] not in known]
+
+
 def wait(sample, doc, cond):
+    """Sample until ``cond`` holds (``satisfied``), its budget is spent, or (``stop_on_intruders``) a process
+    nobody planned for holds a chosen GPU: waiting cannot free that one, so the caller hears at once."""
     end = time.monotonic() + cond["budget_s"]
     window = StableWindow(cond.get("stable_s", 0), need=2 if cond.get("idle") else 1)
     cost = 0.0
     while True:
         if window.update(satisfied(doc, cond), time.monotonic()):
             return doc, True
+        if cond.get("stop_on_intruders") and intruders(doc, cond):
+            return doc, False
         pause = cond.get("interval_s", 0.02)
         if time.monotonic() + pause + cost > end:
             return doc, False
@@ -227,7 +238,13 @@ def group_members(pgids):
 def main(argv):
     cond = json.loads(argv[argv.index("--wait") + 1]) if "--wait" in argv else None
     devices = argv[argv.index("--devices") + 1] if "--devices" in argv else "/dev/nvidia*"
-    sources = [smi_source] if "--no-nvml" in argv else [nvml_source, smi_source]
+    doc = probe(cond, devices, nvml="--no-nvml" not in argv, holders="--fd-holders" in argv)
+    sys.stdout.write(json.dumps(doc) + "\n")
+
+
+def probe(cond=None, devices="/dev/nvidia*", nvml=True, holders=False):
+    """The probe's document (what ``main`` prints); other host programs (observe, transition) call it too."""
+    sources = [nvml_source, smi_source] if nvml else [smi_source]
     labels = {nvml_source: "pynvml", smi_source: "nvidia-smi"}
     errors, doc = [], {"source": "none"}
     for source in sources:
@@ -261,9 +278,9 @@ def main(argv):
                 procs = {k: v for k, v in procs.items() if v is not None or int(k) in listed}
         doc["procs"] = procs
         doc["groups"] = group_members({p["pgid"] for p in procs.values() if p})
-    if "--fd-holders" in argv:
+    if holders:
         doc["fd_holders"] = fd_holders(devices)
-    sys.stdout.write(json.dumps(doc) + "\n")
+    return doc
 
 
 if __name__ == "__main__":

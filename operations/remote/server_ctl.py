@@ -21,7 +21,9 @@ Benchmarks against the server are bench_ctl's.
 """
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -111,6 +113,16 @@ def cmd_record(d, config_hash, unit):
     return {**state, "notes": notes}
 
 
+def cmd_annotate(d, recorded):
+    """What the server was started with (masked arguments, verify settings), added to its state.json."""
+    state = load_state(d, [])
+    if not state:
+        return {"error": "no state.json to annotate"}
+    state = {**state, "recorded": recorded}
+    save_state(d, state)
+    return state
+
+
 def cmd_verified(d, config_hash):
     """The controller verified the server (health, generation, reported config, accept length): only now is it
     'running'. Host-side waits never mark it so: a wait orphaned by a lost controller proves nothing."""
@@ -140,10 +152,26 @@ def signal_group(state, grace, kill_wait):
         except ProcessLookupError:
             break  # gone already
         sent = sig.name[3:]
-        end = time.monotonic() + wait_s
-        while alive(state) and time.monotonic() < end:
-            time.sleep(0.02)
+        wait_exit(state, wait_s)
     return sent
+
+
+def wait_exit(state, timeout):
+    """Until the recorded process exits or ``timeout`` passes: woken by its pidfd the moment it exits (Linux
+    5.3+), else by polling its /proc start time every 20 ms."""
+    end = time.monotonic() + timeout
+    try:
+        fd = os.pidfd_open(state["pid"])
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        try:
+            if alive(state):  # checked after opening: the pidfd is of the recorded process, not a reused pid
+                select.select([fd], [], [], max(0.0, end - time.monotonic()))
+        finally:
+            os.close(fd)
+    while alive(state) and time.monotonic() < end:
+        time.sleep(0.02)
 
 
 def cmd_stop(d, grace, unit=None):
@@ -189,21 +217,37 @@ def probe_ready(d, port, opts, end):
     return doc
 
 
-def cmd_wait(d, port, opts):
+def listening(port):
+    """Something accepts TCP connections on localhost:``port`` (a cheap look before any HTTP request)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def cmd_wait(d, port, opts, on_round=None):
+    """Sample until the server generates, dies, or ``budget_s`` is spent: every 20 ms while its port is still
+    closed (loading), every 100 ms once it answers HTTP. ``on_round(doc, elapsed)`` sees each look."""
     end = time.monotonic() + opts["budget_s"]
     t0 = time.monotonic()
+    doc = {"health_generate": None, "generated": None, "server_info": None}
     while True:
         state = load_state(d)
         if not alive(state):
             if state.get("status") in ("starting", "running"):
                 save_state(d, {**state, "status": "failed", "failed_at": time.time()})
             return {"dead": True, "log_tail": log_tail(d), "state": state, "waited_s": time.monotonic() - t0}
-        doc = probe_ready(d, port, opts, end)
-        if doc.get("generation_ok"):  # the controller judges the rest and marks it verified (cmd_verified)
-            return {**doc, "dead": False, "pid": state.get("pid"), "waited_s": time.monotonic() - t0}
-        if time.monotonic() + 0.1 > end:
+        pause = 0.02
+        if listening(port):
+            doc, pause = probe_ready(d, port, opts, end), 0.1
+            if doc.get("generation_ok"):  # the controller judges the rest and marks it verified (cmd_verified)
+                return {**doc, "dead": False, "pid": state.get("pid"), "waited_s": time.monotonic() - t0}
+        if on_round:
+            on_round(doc, time.monotonic() - t0)
+        if time.monotonic() + pause > end:
             return {**doc, "dead": False, "log_tail": log_tail(d, 10), "waited_s": time.monotonic() - t0}
-        time.sleep(0.1)
+        time.sleep(pause)
 
 
 def cmd_live(d, mark=True):
@@ -230,10 +274,7 @@ def main(argv):
     elif cmd == "record":
         out = cmd_record(d, argv[2], argv[3])
     elif cmd == "annotate":
-        state = load_state(d, [])
-        out = {**state, "recorded": json.loads(argv[2])} if state else {"error": "no state.json to annotate"}
-        if state:
-            save_state(d, out)
+        out = cmd_annotate(d, json.loads(argv[2]))
     elif cmd == "prepare":
         out = cmd_prepare(d)
     elif cmd == "verified":

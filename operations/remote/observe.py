@@ -1,0 +1,18 @@
+"""A host's GPUs and one server's status in one round trip (``run.py observe DEVICES DIR PORT [UNIT]``): the
+documents of ``probe_gpu`` and ``server_ctl status``, as ``{"gpus": ..., "server": ...}``. What a no-op run of
+``server.running`` reads, so converging costs one SSH command per host."""
+import json
+import sys
+
+from . import probe_gpu
+from .server_dir import cmd_status
+
+
+def main(argv):
+    devices, d, port = argv[0], argv[1], int(argv[2])
+    doc = {"gpus": probe_gpu.probe(None, devices), "server": cmd_status(d, port, argv[3] if len(argv) > 3 else None)}
+    sys.stdout.write(json.dumps(doc) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
