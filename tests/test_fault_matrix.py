@@ -163,6 +163,31 @@ def test_2_stuck_memory_on_the_server_gpu_fails_before_any_start_then_converges_
     assert_no_change(converge(sim, configs["eagle3-llama3.1-8b"]))
 
 
+def test_2_memory_the_old_server_never_frees_stops_the_switch_before_any_start(server_sim, configs):
+    """The one host-side switch stops the old server, then waits for the driver to release its memory; when that
+    never happens it hands over to gpu.idle's own verdict (needs-reset, judged at once: the host already waited the
+    whole deadline), and the new config is never started into memory that is not there."""
+    sim = server_sim
+    first = converge(sim, configs["eagle3-llama3.1-8b"])
+    assert first.rc == 0, first
+    old = the_server(sim)
+    assert ledger.make_stuck(sim.root, old["pid"]) == 1  # the driver will never tear its context down
+    run = converge(sim, configs["baseline-llama3.1-8b"], "--data", "deadline_s=2", "--data", "grace_s=0.5")
+    assert run.rc != 0, run
+    assert "one host-side step: stop the server, wait for GPU memory release" in run.out, run
+    assert "waiting for GPU 0 to be released (up to 2s)" in run.out, run
+    assert "GPU memory not released within 2s: handing over to gpu.idle" in run.out, run
+    m = re.search(r"needs-reset: after (\d+\.\d)s GPU 0: \d+ MiB still allocated", run.out)
+    assert m and float(m.group(1)) <= 1.0, run  # judged, not waited for a second time
+    assert "started pid" not in run.out and "FAILED @local" in run.out, run
+    assert ledger.proc_start_time(old["pid"]) is None  # the old server was stopped
+    assert not (sim.root / "servers" / "llm" / "staged.json").exists()  # the staged files (secrets) not left
+    assert the_server(sim)["status"] == "stopped" and the_server(sim)["config_hash"] == old["config_hash"]
+    assert ledger.release_all(sim.root) == 1  # the GPU reset
+    fixed = converge(sim, configs["baseline-llama3.1-8b"])
+    assert fixed.rc == 0 and "config confirmed" in fixed.out, fixed
+
+
 # --- 3. the server dies during start, or never becomes ready --------------------------------------------------
 
 @pytest.fixture

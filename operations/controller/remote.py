@@ -116,7 +116,7 @@ def _names() -> tuple[str, ...]:
 def readable(raw: str) -> str:
     """A command with its installer and bundle path elided (``python3 <probe_gpu> ARGS``): how fixtures and
     ``--debug`` readers see it."""
-    return re.sub(r'D="[^"]*"; \{ \[ -f "\$D/ok" \] \|\| (?:.*? -c .*? "\$D" \S+ |\{ echo .*? exit 97; \}; )\} && '
+    return re.sub(r'D="[^"]*"; \{ \[ -f "\$D/ok" \] \|\| (?:.*? -c .*? "\$D" \S+ ; |\{ echo .*? exit 97; \}; )\} && '
                   r'(.+?) "\$D/run.py" ([a-z_]+)', r"\1 <\2>", raw, flags=re.S)
 
 

@@ -219,6 +219,18 @@ def allocate(root, pid: int, mib_by_gpu: dict, name: str, *, stuck: bool = False
         return path
 
 
+def make_stuck(root, pid: int) -> int:
+    """The fault "this process's memory will never be freed" injected into a live holder (e.g. a running
+    server whose CUDA context the driver will fail to tear down); returns how many allocations it marked."""
+    marked = 0
+    with locked(root):
+        for path, entry in list(_entries(root)):
+            if entry.get("pid") == pid:
+                _atomic_write(path, {**entry, "stuck": True})
+                marked += 1
+    return marked
+
+
 def set_pin(path: str, pid: int, start: int) -> None:
     """Record the holder's unlisted descendant that keeps the device files (and so the memory) after it dies.
 
