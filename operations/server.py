@@ -15,7 +15,7 @@ from operations.controller.idle_converge import refusal
 from operations.controller.readiness import live_problems, placement_problem, server_gpus
 from operations.controller.remote import host_python
 from operations.errors import ConfigError, Issue
-from operations.facts.engine import check_engine
+from operations.facts.engine import check_engine, engine_key
 from operations.facts.view import read_view
 from operations.facts.server import read_server
 from operations.model import config as configs
@@ -101,7 +101,8 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
     python = host_python(python)
     cfg = resolve(config)
     sup = _supervisor(server_name, supervisor, state_dir, python)
-    gpus_now, status = read_view(host, sup, cfg.port, python)  # one round trip: a no-op converge is this alone
+    key = engine_key(cfg, sup.path("engine.yaml"), host)
+    gpus_now, status, kept = read_view(host, sup, cfg.port, python, key)  # a no-op converge is this round trip alone
     issues = validate(cfg, HostContext(host.name, len(gpus_now.gpus) if gpus_now.available else None))
     if issues:
         raise ConfigError(issues)
@@ -136,7 +137,7 @@ def running(config, server_name: str = "llm", supervisor: str | None = None, sta
         yield summary.failure(f"server.running {server_name}: {blocker}"
                               + ("; the running server was left as it was" if status.alive else ""))
         return
-    check = check_engine(cfg, sup.path("engine.yaml"), host)
+    check = check_engine(cfg, sup.path("engine.yaml"), host, kept)  # kept: no parse, no round trip
     if check.problem:  # the host's own SGLang would refuse to start it: fail while the old server still serves
         yield summary.failure(f"server.running {server_name}: {check.problem}"
                               + ("; the running server was left as it was" if status.alive else ""))

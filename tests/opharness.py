@@ -5,7 +5,7 @@ anything ran (pyinfra itself only takes the first command while preparing, and a
 so later reads there see what earlier commands did; a fixture's ``note`` says where that matters).
 
 A fixture names each fact's document (``HostView``, the GPUs and the server read at once, is made of the
-``Gpus`` and ``Server`` documents unless given) (``tests/ops/facts/<name>.json``, captured from the simulated host through
+``Gpus`` and ``Server`` documents, and the host's kept engine verdict ``EngineKept`` if named, unless given) (``tests/ops/facts/<name>.json``, captured from the simulated host through
 ``pyinfra INVENTORY fact ...``, or a variant of one) or gives it inline. Commands come out as text:
 ``PY <program> ARGS`` for host programs, ``upload PATH`` for files, ``call NAME`` for controller steps (``call switch SPEC`` with the host-side transition's steps),
 ``fail: MESSAGE`` for a failure the operation already sees. Nothing here touches a host: a fake host that
@@ -41,7 +41,8 @@ class FakeHost:
     def get_fact(self, fact, **kwargs):
         self.fact_calls.append((fact.__name__, kwargs))
         if fact.__name__ == "HostView" and "HostView" not in self.facts:  # observe.py: both documents at once
-            return {"gpus": self.facts["Gpus"], "server": self.facts["Server"]}
+            return {"gpus": self.facts["Gpus"], "server": self.facts["Server"],
+                    **({"engine": self.facts["EngineKept"]} if "EngineKept" in self.facts else {})}
         assert fact.__name__ in self.facts, f"{self.name}: no {fact.__name__} document in the fixture ({kwargs})"
         return self.facts[fact.__name__]
 
@@ -82,6 +83,8 @@ def serialise(command, host) -> str:
             return f"fail: {command.args[0]}"
         if command.function.__name__ == "switch":  # the one host-side transition: what it is asked to do
             return f"call switch {json.dumps(command.args[2], sort_keys=True)}"
+        if command.function.__name__ == "_acquire" and command.args[3]:  # the lease, then the server directory
+            return f"call _acquire, prepare {command.args[3]}"
         return f"call {command.function.__name__}"
     if isinstance(command, FileUploadCommand):
         return f"upload {command.dest}"

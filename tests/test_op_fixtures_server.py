@@ -34,7 +34,8 @@ def test_fixture(case):
 def test_the_cases_cover_converge_start_switch_and_each_refusal():
     names = {f"{c.parent.name}/{c.stem}" for c in CASES}
     assert {"server.running/converged_noop", "server.running/fresh_start", "server.running/config_switch_restarts",
-            "server.running/switch_with_stale_process_steps",
+            "server.running/switch_with_stale_process_steps", "server.running/config_switch_engine_verdict_kept",
+            "server.running/engine_refusal_kept_still_refuses",
             "server.running/other_user_blocks_before_stop", "server.running/no_driver_fails",
             "server.running/engine_refuses_flag", "server.running/unsafe_state_dir",
             "server.stopped/running_is_stopped", "server.stopped/not_running_noop"} <= names, names

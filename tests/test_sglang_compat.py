@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from factories import proc, state
+from factories import host_program, proc, state
 from operations.remote import server_dir
 from operations.model.config import ConfigError, from_mapping, known_configs, load
 from operations.model.engines import AUTO, SecretRef, engine_for, mismatches
@@ -173,10 +173,9 @@ def test_server_info_shaped_like_sglangs_is_masked_on_the_host(tmp_path):
     assert out["internal_states"] == [{"note": "loaded with token <secret>"}]
 
 
-def test_engine_check_program_reads_a_parser_and_its_config_loader(tmp_path):
-    """engine_check.py against a tiny SGLang-shaped package (the real one: test_real_sglang.py): the flags it
-    refuses, the loader's errors and a missing SGLang each come back as one JSON document."""
-    pkg = tmp_path / "sglang"
+def _tiny_sglang(root):
+    """A tiny SGLang-shaped package (the real one: test_real_sglang.py): its parser and its --config loader."""
+    pkg = root / "sglang"
     (pkg / "srt" / "utils").mkdir(parents=True)
     (pkg / "__init__.py").write_text("__version__ = '0.5.99'\n")
     (pkg / "srt" / "__init__.py").write_text("")
@@ -190,19 +189,57 @@ def test_engine_check_program_reads_a_parser_and_its_config_loader(tmp_path):
         "        if 'bad' in text:\n            raise ValueError('Unsupported config option bad')\n"
         "        i = argv.index('--config')\n"
         "        return ['--model-path', text.split(':')[1].strip()] + argv[:i] + argv[i + 2:]\n")
-    program = (REPO / "operations" / "remote" / "engine_check.py").read_text()
+    return pkg
 
-    def check(flags, engine_yaml, path=str(tmp_path)):
-        out = subprocess.run([sys.executable, "-c", program, json.dumps(flags), engine_yaml], capture_output=True,
-                             text=True, env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"})
-        return json.loads(out.stdout)
+
+def _host_run(home, path, name, *args):
+    """Host program ``name`` run as specops runs it (the bundle under HOME), with ``path`` on PYTHONPATH."""
+    out = subprocess.run(host_program(name, *args), capture_output=True, text=True,
+                         env={"PYTHONPATH": str(path), "PATH": "/usr/bin:/bin", "HOME": str(home)})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_engine_check_program_reads_a_parser_and_its_config_loader(tmp_path):
+    """engine_check.py against a tiny SGLang-shaped package: the flags it refuses, the loader's errors and a
+    missing SGLang each come back as one JSON document."""
+    _tiny_sglang(tmp_path)
+
+    def check(flags, engine_yaml, path=tmp_path):
+        return _host_run(tmp_path, path, "engine_check.py", json.dumps(flags), engine_yaml)
 
     assert check(["--config", "/not/there.yaml"], "model-path: m\n")["ok"] is True
     got = check(["--config", "/x.yaml", "--nope", "1"], "model-path: m\n")
     assert got["version"] == "0.5.99" and not got["ok"] and got["error"] == "unrecognized arguments: --nope 1"
     assert check(["--config", "/x.yaml"], "bad: 1\n")["error"] == "its --config loader: Unsupported config option bad"
-    missing = check([], "", path=str(tmp_path / "none"))
+    missing = check([], "", path=tmp_path / "none")
     assert not missing["ok"] and missing["error"].startswith("ModuleNotFoundError")
+    assert not (tmp_path / ".cache" / "specops" / "engine-checks").exists()  # no key given: nothing kept
+
+
+def test_the_host_keeps_its_engine_s_verdict_until_sglang_changes(tmp_path):
+    """With a key the verdict is kept (0600, in a 0700 directory) and observe returns it with the GPUs and the
+    server; an edited (or reinstalled) parser file voids it; a missing SGLang is never kept."""
+    pkg = _tiny_sglang(tmp_path)
+    key, refused = "ab" * 12, "cd" * 12
+    observe = lambda k: _host_run(tmp_path, tmp_path, "observe.py", str(tmp_path / "dev*"), str(tmp_path / "srv"),
+                                  "1", "--engine", k)["engine"]
+    assert observe(key) is None
+    fresh = _host_run(tmp_path, tmp_path, "engine_check.py", json.dumps(["--model-path", "m"]), "", key)
+    assert fresh["ok"] is True and "cached" not in fresh
+    kept = tmp_path / ".cache" / "specops" / "engine-checks" / f"{key}.json"
+    assert kept.stat().st_mode & 0o777 == 0o600 and kept.parent.stat().st_mode & 0o777 == 0o700
+    assert observe(key) == {**fresh, "cached": True}
+    _host_run(tmp_path, tmp_path, "engine_check.py", json.dumps(["--nope"]), "", refused)
+    assert observe(refused)["error"] == "unrecognized arguments: --nope" and observe(refused)["ok"] is False
+    parser = pkg / "srt" / "server_args.py"
+    parser.write_text(parser.read_text() + "        p.add_argument('--nope', action='store_true')\n")
+    assert observe(key) is None and observe(refused) is None  # SGLang changed: ask it again
+    assert _host_run(tmp_path, tmp_path, "engine_check.py", json.dumps(["--nope"]), "", refused)["ok"] is True
+    assert observe(refused)["ok"] is True
+    _host_run(tmp_path, tmp_path / "none", "engine_check.py", "[]", "", "ef" * 12)
+    assert observe("ef" * 12) is None  # no SGLang in that interpreter: nothing judged, nothing kept
+    assert observe("../../x" + "0" * 17) is None  # not a key: never a path
 
 
 def test_a_flag_sharing_its_dest_with_a_deprecated_alias_is_itself():

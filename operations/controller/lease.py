@@ -90,9 +90,11 @@ def lease_path(on_host) -> str:
     return posixpath.join(on_host.data.get("specops_state_dir") or DEFAULT_STATE_DIR, LEASE)
 
 
-def acquired(what: str, ttl_s: float, python: str | None = None) -> FunctionCommand:
-    """The command that takes (or renews) this run's lease on the host before ``what`` changes it."""
-    return FunctionCommand(_acquire, (what, float(ttl_s), python), {})
+def acquired(what: str, ttl_s: float, python: str | None = None, prepare: str | None = None) -> FunctionCommand:
+    """The command that takes (or renews) this run's lease on the host before ``what`` changes it; ``prepare``:
+    a server directory created or checked in the same round trip once the lease is held (0700, never in a tree
+    other users can write; a corrupt state.json set aside), what was done said."""
+    return FunctionCommand(_acquire, (what, float(ttl_s), python, prepare), {})
 
 
 def _ctl(host, python: str, *args: str) -> dict:
@@ -121,7 +123,7 @@ def _gone_here(holder: dict, me: dict) -> bool:
 
 
 @interrupt.stops_on_interrupt
-def _acquire(state, host, what: str, ttl_s: float, python: str | None) -> bool:
+def _acquire(state, host, what: str, ttl_s: float, python: str | None, prepare: str | None = None) -> bool:
     run = run_of(state)
     python = host_python(python, host)
     me = {**run.owner, "what": what}
@@ -130,11 +132,11 @@ def _acquire(state, host, what: str, ttl_s: float, python: str | None) -> bool:
     deadline, breaking, shown = Deadline(clock, wait_s), [None], [None]  # shown: when the last waiting line was
 
     def attempt(_budget: float) -> dict:
-        doc = _take(host, python, path, me, ttl_s, what, breaking[0])
+        doc = _take(host, python, path, me, ttl_s, what, breaking[0], prepare)
         holder = doc.get("holder")
         if holder and _gone_here(holder, me) and breaking[0] != holder.get("id"):
             breaking[0] = holder.get("id")  # its run has ended on this controller: take the lease over at once
-            doc = _take(host, python, path, me, ttl_s, what, breaking[0])
+            doc = _take(host, python, path, me, ttl_s, what, breaking[0], prepare)
         return doc
 
     def progress(doc: dict) -> None:
@@ -156,7 +158,7 @@ def _acquire(state, host, what: str, ttl_s: float, python: str | None) -> bool:
                              f"{'its run has ended' if took['why'] == 'broken' else 'it had expired'}")
         elif doc.get("fresh") and shown[0] is not None:
             report.log(host, f"lock: acquired after {deadline.elapsed():.0f} s")
-        return True
+        return _prepared(host, prepare, doc.get("prepared"))
     holder = doc.get("holder")
     if holder is None:
         report.error(host, f"lock: cannot take the host lease {path}: {doc.get('error')}")
@@ -168,10 +170,25 @@ def _acquire(state, host, what: str, ttl_s: float, python: str | None) -> bool:
     return False
 
 
-def _take(host, python: str, path: str, me: dict, ttl_s: float, what: str, breaking: str | None) -> dict:
+def _prepared(host, directory: str | None, doc: dict | None) -> bool:
+    """What preparing the server directory did (notes), or why it was refused (the host fails, nothing changed)."""
+    if directory is None:
+        return True
+    doc = doc if isinstance(doc, dict) else {"error": "the lease program did not prepare it"}
+    for note in doc.get("notes") or ():
+        report.log(host, f"server directory {directory}: {note}", fg="yellow")
+    if "error" in doc:
+        report.error(host, f"server directory {directory}: {doc['error']}; nothing changed")
+        return False
+    return True
+
+
+def _take(host, python: str, path: str, me: dict, ttl_s: float, what: str, breaking: str | None,
+          prepare: str | None = None) -> dict:
     """One ``lease.py acquire`` (with the id of a lease being broken, if any); its notes are printed."""
     interrupt.check(f"taking the host lease for {what}")
-    doc = _ctl(host, python, "acquire", path, json.dumps(me), str(ttl_s), *([breaking] if breaking else []))
+    doc = _ctl(host, python, "acquire", path, json.dumps(me), str(ttl_s), *([breaking] if breaking else []),
+               *(["--prepare", prepare] if prepare else []))
     for note in doc.get("notes") or ():
         report.log(host, f"lock: {note}", fg="yellow")
     return doc

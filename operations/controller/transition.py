@@ -47,31 +47,18 @@ def show_diffs(sup, files, status) -> None:
 
 
 def stop_and_idle(sup, cfg: ServerConfig, alive: bool, idle: bool, users, grace_s, idle_deadline_s, python):
-    """Commands: this run's host lock, the server's 0700 directory, our old server stopped, then (``idle``) its
+    """Commands: this run's host lock and the server's 0700 directory (one round trip), our old server stopped, then (``idle``) its
     GPUs made idle."""
     if idle:
         gpu.timing_of(grace_s, idle_deadline_s)  # a bad pair fails here, before the old server is stopped
     yield lock.acquired(f"server {sup.name} -> config {cfg.name}",
-                        idle_deadline_s + grace_s + cfg.stop_grace_s + cfg.ready_timeout_s + 600, python)
-    yield FunctionCommand(prepare_dir, (sup,), {})
+                        idle_deadline_s + grace_s + cfg.stop_grace_s + cfg.ready_timeout_s + 600, python, sup.directory)
     if alive:
         yield interrupt.guard(f"stopping server {sup.name}")
         yield from sup.stop(cfg.stop_grace_s)
     if idle:
         yield from gpu.idle._inner(gpus=cfg.gpu_indices(), users=users, grace_s=grace_s,
                                    deadline_s=idle_deadline_s, python=python)
-
-
-def prepare_dir(state, host, sup) -> bool:
-    """The server's 0700 directory created or checked (refused in a tree other users can write), a corrupt
-    state.json set aside; what was done is said."""
-    doc = ask(host, sup.ctl("prepare", sup.directory))
-    for note in doc.get("notes") or ():
-        report.log(host, f"server {sup.name}: {note}", fg="yellow")
-    if "error" in doc:
-        report.error(host, f"server {sup.name}: {doc['error']}; nothing changed")
-        return False
-    return True
 
 
 def launch(sup, cfg: ServerConfig, files, engine_version: str | None = None):
@@ -194,11 +181,11 @@ def one_step_plan(cfg: ServerConfig, status, gpus_now, idle: bool, sel):
 
 def one_step(sup, cfg: ServerConfig, files, status, gpus_now, plan, sel, timing, engine_version, python, progress_s,
              idle):
-    """Commands: the lease, the server directory, the launch files uploaded as one staged file while the old
+    """Commands: the lease with the server directory (one round trip), the launch files uploaded as one staged file while the old
     server still serves, then one host program for stop -> release -> start -> ready (``switch``)."""
     yield lock.acquired(f"server {sup.name} -> config {cfg.name}",
-                        timing.deadline_s + timing.grace_s + cfg.stop_grace_s + cfg.ready_timeout_s + 600, python)
-    yield FunctionCommand(prepare_dir, (sup,), {})
+                        timing.deadline_s + timing.grace_s + cfg.stop_grace_s + cfg.ready_timeout_s + 600, python,
+                        sup.directory)
     yield FileUploadCommand(StringIO(staged(sup, files)), sup.path(STAGED))
     devices = host.data.get("specops_gpu_devices") or None
     release = idle and (status.alive or not plan.idle)

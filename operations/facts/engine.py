@@ -14,7 +14,7 @@ from operations.controller.remote import guarded, host_python, python_script
 from operations.errors import ConfigError, Issue
 from operations.model import hostdata
 from operations.model.server_config import ServerConfig
-from operations.model.engine_check import EngineCheck, check_input
+from operations.model.engine_check import EngineCheck, cache_key, check_input
 
 
 def engine_python(cfg: ServerConfig, on_host) -> str | None:
@@ -49,7 +49,8 @@ class EngineParse(FactBase):
         elif not isinstance(flags, str):  # the CLI hands ``flags=[...]`` over as a list
             flags = json.dumps(list(flags))
         missing = json.dumps({"ok": False, "version": None, "error": f"{python} not found on the host"})
-        return guarded(python, python_script(python, "engine_check.py", flags, engine_yaml, install=True), missing)
+        key = cache_key(python, flags, engine_yaml or "")  # the host keeps the verdict for observe
+        return guarded(python, python_script(python, "engine_check.py", flags, engine_yaml, key, install=True), missing)
 
     def process(self, output: list[str]) -> dict:
         try:
@@ -74,11 +75,23 @@ def _from_config(config, python):
     return (python, *check_input(cfg, yaml_path))
 
 
-def check_engine(cfg: ServerConfig, config_path: str, on_host) -> EngineCheck:
-    """Ask the host's engine (SGLang only: vLLM's turn is its own issue); no interpreter named: nothing asked."""
+def engine_key(cfg: ServerConfig, config_path: str, on_host) -> str | None:
+    """The key of the host's kept verdict on the command line ``cfg`` starts (``HostView(engine_key=...)``), or
+    None when the host's engine is not asked."""
+    python = engine_python(cfg, on_host) if cfg.engine == "sglang" else None
+    return None if python is None else cache_key(python, *check_input(cfg, config_path))
+
+
+def check_engine(cfg: ServerConfig, config_path: str, on_host, kept: dict | None = None) -> EngineCheck:
+    """Ask the host's engine (SGLang only: vLLM's turn is its own issue); no interpreter named: nothing asked.
+    ``kept``: the verdict the host kept from an earlier check of this command line by the same, unchanged engine
+    (``HostView``'s ``engine``), used instead of parsing again."""
     python = engine_python(cfg, on_host) if cfg.engine == "sglang" else None
     if python is None:
         return EngineCheck(None)
-    flags, engine_yaml = check_input(cfg, config_path)
-    doc = on_host.get_fact(EngineParse, python=python, flags=flags, engine_yaml=engine_yaml)
+    if isinstance(kept, dict) and isinstance(kept.get("ok"), bool):
+        doc = kept
+    else:
+        flags, engine_yaml = check_input(cfg, config_path)
+        doc = on_host.get_fact(EngineParse, python=python, flags=flags, engine_yaml=engine_yaml)
     return EngineCheck(python, doc.get("version"), bool(doc.get("ok")), doc.get("error"))

@@ -25,6 +25,8 @@ class HostView(FactBase):
 
     + server_name, port, directory, unit, python: as for ``operations.facts.server.Server``
     + devices: GPU device glob, as for ``operations.facts.gpu.Gpus``
+    + engine_key: also return, as ``engine``, the verdict the host kept from its engine's check of the command
+      line with this key (``operations.facts.engine.engine_key``; null when none is kept or SGLang changed since)
 
     **Example:**
 
@@ -39,7 +41,8 @@ class HostView(FactBase):
         return {"gpus": {"source": "none", "errors": ["no output"]}, "server": {"error": "no output"}}
 
     def command(self, server_name: str = "llm", port: int = 30000, directory: str | None = None,
-                unit: str | None = None, python: str | None = None, devices: str | None = None):
+                unit: str | None = None, python: str | None = None, devices: str | None = None,
+                engine_key: str | None = None):
         from pyinfra import host  # the host this fact is read on (the CLI and operations both set it)
 
         python = host_python(python, host)
@@ -48,15 +51,18 @@ class HostView(FactBase):
             directory, unit = sup.directory, unit or sup.unit
         missing = f"{python} not found on host"
         fallback = json.dumps({"gpus": {"source": "none", "errors": [missing]}, "server": {"error": missing}})
-        args = [devices or gpu_devices(host), directory, str(port)] + ([unit] if unit else [])
+        args = [devices or gpu_devices(host), directory, str(port)] + ([unit] if unit else []) + (
+            ["--engine", engine_key] if engine_key else [])
         return guarded(python, python_script(python, "observe.py", *args, install=True), fallback)
 
     def process(self, output: list[str]) -> dict:
         return read_document(output, _check, "host view")
 
 
-def read_view(on_host, sup, port: int, python: str) -> tuple[GpuState, ServerStatus]:
-    """GPUs and supervisor ``sup``'s server on ``on_host``, in one round trip."""
+def read_view(on_host, sup, port: int, python: str, engine_key: str | None = None
+              ) -> tuple[GpuState, ServerStatus, dict | None]:
+    """GPUs, supervisor ``sup``'s server and the kept engine verdict for ``engine_key`` on ``on_host``, in one
+    round trip."""
     doc = on_host.get_fact(HostView, directory=sup.directory, port=port, unit=sup.unit, python=python,
-                           devices=gpu_devices(on_host))
-    return parse_probe(doc["gpus"]), parse_status(doc["server"])
+                           devices=gpu_devices(on_host), **({"engine_key": engine_key} if engine_key else {}))
+    return parse_probe(doc["gpus"]), parse_status(doc["server"]), doc.get("engine")

@@ -1,6 +1,7 @@
 """What the host's own engine says of the command line specops will start (``facts.engine.EngineParse``)."""
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -51,3 +52,8 @@ def check_input(cfg: ServerConfig, config_path: str) -> tuple[str, str]:
     argv = engine.launch_argv(cfg, config_path)[len(cfg.launcher):]
     flags = [f"{a.prefix}<secret>" if isinstance(a, SecretRef) else str(a) for a in argv]
     return json.dumps(flags), engine.engine_yaml(cfg) or ""
+
+
+def cache_key(python: str, flags: str, engine_yaml: str) -> str:
+    """The name under which the host keeps its engine's verdict on this command line (``engine_cache``)."""
+    return hashlib.sha256(json.dumps([python, flags, engine_yaml]).encode()).hexdigest()[:24]

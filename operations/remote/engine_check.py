@@ -5,7 +5,9 @@
 ``--config`` loader on ENGINE_YAML (written to a private temporary file, since the real engine.yaml is uploaded
 later) -- without resolving them (resolution reads the model and wants the GPUs). Prints one JSON document:
 ``{"engine": "sglang", "version": "0.5.23", "ok": true, "error": null}``. Secret values never come here: the
-controller sends a placeholder in their place.
+controller sends a placeholder in their place. With KEY (``... FLAGS_JSON ENGINE_YAML KEY``) a verdict of the
+parser (accepted, or refused with its message) is kept for ``observe`` (``engine_cache``), witnessed by this
+interpreter and the SGLang files the parser came from.
 """
 import argparse
 import contextlib
@@ -14,6 +16,8 @@ import json
 import os
 import sys
 import tempfile
+
+from . import engine_cache
 
 
 class _Refused(Exception):
@@ -52,25 +56,41 @@ def _parse(flags, engine_yaml):
         os.unlink(path)
 
 
-def check(flags, engine_yaml):
+def _witness():
+    """The files a verdict depends on: the interpreter, and SGLang's package, parser and config loader (a pip
+    upgrade or reinstall writes new ones, an edit changes their mtime)."""
+    paths = [os.path.realpath(sys.executable)]
+    for name in ("sglang", "sglang.srt.server_args", "sglang.srt.utils.server_args_config_parser"):
+        module = sys.modules.get(name)
+        if getattr(module, "__file__", None):
+            paths += [module.__file__] + ([os.path.dirname(module.__file__)] if name == "sglang" else [])
+    return paths
+
+
+def check(flags, engine_yaml, key=None):
     out = {"engine": "sglang", "python": sys.executable, "version": None, "ok": False, "error": None}
     noise = io.StringIO()  # SGLang logs while importing; the controller reads only this program's JSON
+    judged = False  # the parser itself answered (accepted or refused): a verdict worth keeping
     try:
         with contextlib.redirect_stdout(noise), contextlib.redirect_stderr(noise):
             import sglang
 
             out["version"] = getattr(sglang, "__version__", None)
             _parse(flags, engine_yaml)
-        out["ok"] = True
+        out["ok"] = judged = True
     except _Refused as exc:
-        out["error"] = str(exc)
+        out["error"], judged = str(exc), True
     except SystemExit as exc:  # a parser that exits after all (a custom action): what it printed is the reason
         out["error"] = noise.getvalue().strip().splitlines()[-1:] or [f"exit {exc.code}"]
         out["error"] = out["error"][0]
     except Exception as exc:  # ImportError (no SGLang in this interpreter), or the parser itself broke
         out["error"] = f"{type(exc).__name__}: {exc}"
+    if key and judged:
+        engine_cache.store(key, out, _witness())
     return out
 
 
 if __name__ == "__main__":
-    sys.stdout.write(json.dumps(check(json.loads(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "")) + "\n")
+    args = sys.argv[1:]
+    sys.stdout.write(json.dumps(check(json.loads(args[0]), args[1] if len(args) > 1 else "",
+                                      args[2] if len(args) > 2 else None)) + "\n")

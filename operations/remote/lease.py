@@ -1,5 +1,7 @@
-"""Remote side of the host lock: ``run.py lease acquire PATH OWNER_JSON TTL_S [BREAK_ID]`` or
-``release PATH OWNER_ID``; prints one JSON document.
+"""Remote side of the host lock: ``run.py lease acquire PATH OWNER_JSON TTL_S [BREAK_ID] [--prepare DIR]`` or
+``release PATH OWNER_ID``; prints one JSON document. ``--prepare``: once the lease is this run's, the server
+directory DIR is created or checked too (``server_dir.cmd_prepare``, its reply under ``prepared``), saving the
+switch a round trip.
 
 The lease (PATH, JSON, 0600) names the specops run that holds the host: its id, controller, pid, what it does, and
 when it expires. flock on PATH.flock is held only while the lease is read and written, never across commands, so a
@@ -13,6 +15,7 @@ import time
 
 from .common import (INT, NUM, STR, _nofollow_fd, make_dirs, read_doc, save_json, set_aside,
                     unsafe_tree)
+from .server_dir import cmd_prepare
 
 LEASE_SCHEMA = {"id": (STR, False), "controller": (STR, True), "pid": (INT, True), "pid_start": (INT, True),
                 "user": (STR, True), "what": (STR, True), "acquired_at": (NUM, True), "expires_at": (NUM, False)}
@@ -64,13 +67,19 @@ def main(argv):
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if cmd == "acquire":
-            out = acquire(path, json.loads(argv[2]), float(argv[3]), argv[4] if len(argv) > 4 else None)
+            rest, prepare = argv[4:], None
+            if "--prepare" in rest:
+                at = rest.index("--prepare")
+                prepare, rest = rest[at + 1], rest[:at] + rest[at + 2:]
+            out = acquire(path, json.loads(argv[2]), float(argv[3]), rest[0] if rest else None)
         elif cmd == "release":
             out = release(path, argv[2])
         else:
             raise SystemExit(f"unknown command {cmd}")
     finally:
         os.close(fd)
+    if cmd == "acquire" and prepare and out.get("acquired"):  # outside the lease's flock: it guards the lease only
+        out["prepared"] = cmd_prepare(prepare)
     sys.stdout.write(json.dumps(out) + "\n")
 
 

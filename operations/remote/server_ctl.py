@@ -1,14 +1,13 @@
 """Server control on the target host (``run.py server_ctl COMMAND DIR ...``); prints one JSON document.
 
 DIR holds one server: launch.sh (0700), secrets.env (0600, sourced by launch.sh), state.json (what specops
-started: pid, start time, config hash), server.log. Every command but ``status`` and ``prepare`` refuses a DIR in
+started: pid, start time, config hash), server.log. Every command but ``status`` refuses a DIR in
 a tree another local user could write; state.json is schema-checked and a corrupt one is set aside (renamed
 ``state.json.corrupt-...``) by the commands that change the host, never acted upon. Secrets never travel on a
 command line: the HTTP checks here
 read the API key from secrets.env themselves.
 
     status DIR PORT [UNIT]         state, liveness, /health, /server_info, launch.sh + engine.yaml (read only)
-    prepare DIR                    create or check the 0700 server directory (refused in a tree others can write)
     start DIR HASH [PORT]          setsid launch.sh >> server.log, record pid/start/hash (refused if PORT is taken)
     record DIR HASH UNIT           after systemctl start: record the unit's MainPID
     annotate DIR JSON              add what the server was started with (masked args, verify settings)
@@ -28,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from .common import masked, open_append, private_dir, start_time
+from .common import masked, open_append, start_time
 from .server_dir import (alive, cmd_status, http, load_state, log_tail, read, refuse_unsafe, reply, save_state,
                          server_info, unit_pid)
 
@@ -74,17 +73,6 @@ def detach(argv, log_path, env=None):
     os.close(w)
     os.waitpid(mid, 0)
     return int(os.read(r, 32) or 0)
-
-
-def cmd_prepare(d):
-    """The server's own 0700 directory, created or checked: never a symlink, never in a tree another user can
-    write (they could swap launch.sh, which this host's specops user runs)."""
-    problem = private_dir(d)
-    if problem:
-        return {"error": problem}
-    notes = []
-    load_state(d, notes)  # a corrupt state.json is set aside now, and said, before anything else reads it
-    return {"ready": d, "notes": notes}
 
 
 def cmd_start(d, config_hash, port=None):
@@ -265,7 +253,7 @@ def cmd_live(d, mark=True):
 
 def main(argv):
     cmd, d = argv[0], argv[1]
-    if cmd not in ("status", "prepare"):
+    if cmd != "status":
         refuse_unsafe(d)
     if cmd == "status":
         out = cmd_status(d, int(argv[2]), argv[3] if len(argv) > 3 else None)
@@ -275,8 +263,6 @@ def main(argv):
         out = cmd_record(d, argv[2], argv[3])
     elif cmd == "annotate":
         out = cmd_annotate(d, json.loads(argv[2]))
-    elif cmd == "prepare":
-        out = cmd_prepare(d)
     elif cmd == "verified":
         out = cmd_verified(d, argv[2])
     elif cmd == "stop":

@@ -12,7 +12,8 @@ import sys
 import urllib.error
 import urllib.request
 
-from .common import DICT, INT, NUM, STR, masked, read_doc, save_json, secret_name, set_aside, start_time, unsafe_tree
+from .common import (DICT, INT, NUM, STR, masked, private_dir, read_doc, save_json, secret_name, set_aside, start_time,
+                     unsafe_tree)
 
 
 LOG_TAIL = 40
@@ -157,6 +158,17 @@ def unit_pid(unit):
         return int(out.stdout.strip() or 0)
     except ValueError:
         return 0
+
+
+def cmd_prepare(d):
+    """The server's own 0700 directory, created or checked: never a symlink, never in a tree another user can
+    write (they could swap launch.sh, which this host's specops user runs)."""
+    problem = private_dir(d)
+    if problem:
+        return {"error": problem}
+    notes = []
+    load_state(d, notes)  # a corrupt state.json is set aside now, and said, before anything else reads it
+    return {"ready": d, "notes": notes}
 
 
 def cmd_status(d, port, unit=None):
