@@ -3,7 +3,7 @@
     SPECOPS_CLUSTER=DIR/cluster.json .venv/bin/python bench/profile_run.py [--json OUT] -- -y inventory/cluster_sim.py deploy.py ...
 
 Runs pyinfra's own CLI in this process with its SSH connector's ``run_shell_command`` and ``put_file`` timed
-and the streamed transition (``remote.ask_streaming``) timed (nothing else changes), then prints, per host, each command's start (seconds since the run began), wall time and
+and the streamed transition (``remote.Conversation``: to its document, then the reply on its channel) timed (nothing else changes), then prints, per host, each command's start (seconds since the run began), wall time and
 a readable form (host programs as ``<module>``, long arguments cut), followed by the controller's CPU seconds and
 the run's wall time. Used to write the breakdown in bench/RESULTS.md.
 """
@@ -71,16 +71,22 @@ def main() -> int:
     args = [x for x in a.pyinfra_args if x != "--"]
     SSHConnector.run_shell_command = _timed("run", SSHConnector.run_shell_command)
     SSHConnector.put_file = _timed("put", SSHConnector.put_file)
-    from operations.controller import remote, transition  # the streamed transition reads its channel itself
+    from operations.controller.remote import Conversation  # the streamed transition reads its channel itself
 
-    def streamed(on_host, command, *rest, _original=remote.ask_streaming):
-        start = time.monotonic()
-        try:
-            return _original(on_host, command, *rest)
-        finally:
-            EVENTS.append({"host": on_host.name, "start": start - T0, "wall": time.monotonic() - start,
-                           "what": "(streamed) " + _short(command)})
-    remote.ask_streaming = transition.ask_streaming = streamed
+    def timed(name, original):
+        def wrapper(self, *args, **kwargs):
+            start = time.monotonic()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                what = ("(streamed, to its document) " + _short(self.command) if name == "_run" else
+                        f"(same channel) reply {args[0]!r}" if name == "reply" else "(same channel) end")
+                EVENTS.append({"host": self.on_host.name, "start": start - T0, "wall": time.monotonic() - start,
+                               "what": what})
+        return wrapper
+
+    Conversation._run = timed("_run", Conversation._run)
+    Conversation.reply = timed("reply", Conversation.reply)
     from pyinfra_cli.main import cli
 
     rc = 0

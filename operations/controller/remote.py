@@ -158,42 +158,92 @@ def connector_arguments(on_host) -> dict:
 RUN_ONLY = ("_timeout", "_get_pty", "_stdin", "_success_exit_codes")  # how to run, not the command line
 
 
-def ask_streaming(on_host, command, on_progress, arguments: dict, unreadable=lambda why: {"error": why}) -> dict:
-    """``ask``, with each progress line the program writes to stderr (``specops: ...``) passed to
-    ``on_progress`` the moment it arrives, the command built with ``arguments`` (``connector_arguments``).
-    Over pyinfra's SSH connector the channel is read line by line (in greenlets, as pyinfra reads its own);
-    other connectors give the lines when the command has ended."""
-    client = getattr(on_host.connector, "client", None) if hasattr(on_host, "connector") else None
-    stdout, stderr = _stream(on_host, client, command, on_progress, arguments)
-    if _missing(stderr) and isinstance(command, HostProgram):  # removed during the run: install, run again
-        on_host.run_shell_command(installer(command.python), **arguments)
-        stdout, stderr = _stream(on_host, client, command, on_progress, arguments)
-    return _document(stdout, stderr, unreadable)
+class Conversation:
+    """A host program run with its progress lines (stderr, ``specops: ...``) passed to ``on_progress`` the
+    moment they arrive, whose JSON document (its first stdout line) is ``document``; over pyinfra's SSH connector
+    the program may then wait for one line from the controller (``replies``: the command was built for that), which
+    ``reply`` sends, returning the program's second document. ``close`` (or the ``with`` block's end) ends it:
+    a program still waiting reads end-of-file and exits having done nothing more.
 
+    Over other connectors (no channel to write to) the command runs to its end first (``replies`` False), and
+    the lines come when it has ended. A bundle removed during the run is installed and the command run again."""
 
-def _stream(on_host, client, command, on_progress, arguments: dict) -> tuple[list[str], list[str]]:
-    if client is None or not hasattr(client, "exec_command"):
-        ok, out = on_host.run_shell_command(command, **arguments)
-        for line in out.stderr_lines:
-            _progress(line, on_progress)
-        return out.stdout_lines, out.stderr_lines
-    import gevent
-    from pyinfra.connectors.util import make_unix_command_for_host
+    def __init__(self, on_host, build, on_progress, arguments: dict, unreadable=lambda why: {"error": why}):
+        """``build(replies) -> HostProgram``: the command, told whether the program may wait for a reply;
+        ``arguments``: the connector arguments it is built with (``connector_arguments``)."""
+        self.on_host, self.on_progress, self.arguments, self.unreadable = on_host, on_progress, arguments, unreadable
+        client = getattr(on_host.connector, "client", None) if hasattr(on_host, "connector") else None
+        self.client = client if client is not None and hasattr(client, "exec_command") else None
+        self.replies = self.client is not None
+        self.command = build(self.replies)
+        self._channel = None
+        self.document = self._run()
+        if self._channel is None and _missing(self.stderr) and isinstance(self.command, HostProgram):
+            on_host.run_shell_command(installer(self.command.python), **arguments)  # removed during the run
+            self.document = self._run()
 
-    unix = make_unix_command_for_host(on_host.state, on_host, command, **arguments)
-    stdin, out, err = client.exec_command(unix.get_raw_value())
-    stdin.close()
-    stderr: list[str] = []
+    def __enter__(self):
+        return self
 
-    def pump() -> None:
+    def __exit__(self, *_):
+        self.close()
+
+    def _run(self) -> dict:
+        self.stdout, self.stderr = [], []
+        if self.client is None:
+            ok, out = self.on_host.run_shell_command(self.command, **self.arguments)
+            self.stderr = list(out.stderr_lines)
+            for line in self.stderr:
+                _progress(line, self.on_progress)
+            return _document(out.stdout_lines, self.stderr, self.unreadable)
+        import gevent
+        from pyinfra.connectors.util import make_unix_command_for_host
+
+        unix = make_unix_command_for_host(self.on_host.state, self.on_host, self.command, **self.arguments)
+        stdin, out, err = self.client.exec_command(unix.get_raw_value())
+        self._err = gevent.spawn(self._pump, err)
+        first = next(iter(out.readline, ""), "")  # the document, or "" when the program ended without one
+        if not first:
+            self._finish(stdin, out)
+            return _document([], self.stderr, self.unreadable)
+        self._channel = (stdin, out)
+        return _document([first.rstrip("\n")], self.stderr, self.unreadable)
+
+    def _pump(self, err) -> None:
         for line in err:
-            stderr.append(line.rstrip("\n"))
-            _progress(stderr[-1], on_progress)
+            self.stderr.append(line.rstrip("\n"))
+            _progress(self.stderr[-1], self.on_progress)
 
-    stdout: list[str] = []
-    gevent.joinall([gevent.spawn(pump), gevent.spawn(lambda: stdout.extend(line.rstrip("\n") for line in out))])
-    out.channel.recv_exit_status()
-    return stdout, stderr
+    def _finish(self, stdin, out) -> list[str]:
+        stdin.close()
+        rest = [line.rstrip("\n") for line in out]
+        out.channel.recv_exit_status()
+        self._err.join()
+        return rest
+
+    @property
+    def waiting(self) -> bool:
+        """The program printed its document and waits for a reply."""
+        return self._channel is not None
+
+    def reply(self, line: str) -> dict:
+        """Send ``line`` to the waiting program; its answer (a JSON document), or ``unreadable(why)``."""
+        if self._channel is None:
+            return self.unreadable("the host program is not waiting for a reply")
+        stdin, out = self._channel
+        self._channel = None
+        try:
+            stdin.write(line.rstrip("\n") + "\n")
+            stdin.flush()
+        except OSError as exc:  # the channel went away: the program is gone too
+            return self.unreadable(f"{type(exc).__name__}: {exc}")
+        return _document(self._finish(stdin, out), self.stderr, self.unreadable)
+
+    def close(self) -> None:
+        if self._channel is not None:
+            stdin, out = self._channel
+            self._channel = None
+            self._finish(stdin, out)
 
 
 def _progress(line: str, on_progress) -> None:

@@ -20,7 +20,7 @@ from operations.controller import lease as lock
 from operations.controller import output as report
 from operations.controller.readiness import Readiness, await_ready, placement_problem
 from operations.controller.idle_converge import wait_condition
-from operations.controller.remote import ask, ask_streaming, connector_arguments
+from operations.controller.remote import Conversation, ask, connector_arguments
 from operations.controller.waiting import RealClock
 from operations.facts.gpu import read_gpus
 from operations.model.gpus import parse_probe, process_table
@@ -110,10 +110,11 @@ def verify_ready(state, host, cfg: ServerConfig, sup, python: str, progress_s: f
 
 
 def judge_ready(host, cfg: ServerConfig, sup, python: str, progress_s: float, peers=None, first: dict | None = None,
-                placed: dict | None = None) -> bool:
+                placed: dict | None = None, talk: Conversation | None = None) -> bool:
     """The readiness verdict, the placement check, and (only then) the server marked verified; a failed start
     is stopped. ``first``: a reading the host-side transition already took (its wait time counts against
-    ``ready_timeout_s``), ``placed``: the GPU probe it took right after."""
+    ``ready_timeout_s``), ``placed``: the GPU probe it took right after, ``talk``: that transition, still
+    waiting to be told to mark the server verified (else the mark is a command of its own)."""
     pid, reads = [None], [0]
 
     def read(budget: float) -> dict:
@@ -139,10 +140,13 @@ def judge_ready(host, cfg: ServerConfig, sup, python: str, progress_s: float, pe
         misplaced = placement_problem(cfg, gpus, pid[0])
     if misplaced:  # on GPUs another job may need: stop it, as any failed start is stopped
         verdict = Readiness("misplaced", verdict.elapsed, (misplaced,))
+    answered = None
+    if talk is not None and talk.waiting:  # the transition waits for the mark: only "verified" marks the server
+        answered = talk.reply("verified") if verdict.ok else talk.close()
     if verdict.ok:  # only a completed verification marks the server running (never a host-side wait)
-        ok, out = host.run_shell_command(sup.ctl("verified", sup.directory, cfg.config_hash))
-        if not ok:
-            report.error(host, f"server.running: verified, but could not record it: {' '.join(out.stderr_lines[-2:])}")
+        problem = _mark_verified(host, cfg, sup, answered)
+        if problem:
+            report.error(host, f"server.running: verified, but could not record it: {problem}")
             return False
         report.log(host, f"server.running: {verdict.text}", fg="green")
         return True
@@ -154,6 +158,17 @@ def judge_ready(host, cfg: ServerConfig, sup, python: str, progress_s: float, pe
     lines += ["  GPU processes now:"] + [f"    {line}" for line in process_table(read_gpus(host, python))]
     report.error(host, "\n".join(lines))
     return False
+
+
+def _mark_verified(host, cfg: ServerConfig, sup, answered: dict | None) -> str | None:
+    """Why the verified mark could not be recorded, or None; ``answered``: the waiting transition's answer."""
+    if answered is not None:
+        mark = answered.get("verified")
+        if isinstance(mark, dict):
+            return mark.get("error")
+        return answered.get("error") or "the transition did not answer"
+    ok, out = host.run_shell_command(sup.ctl("verified", sup.directory, cfg.config_hash))
+    return None if ok else " ".join(out.stderr_lines[-2:])
 
 
 # ---- the one-step switch: the whole transition run by one host program ------------------------------------
@@ -214,8 +229,14 @@ def switch(state, host, cfg: ServerConfig, sup, spec: dict, files, sel, timing, 
            arguments: dict) -> bool:
     """Run the host-side transition, printing its progress lines as they come, then judge it: a release the
     host could not prove goes through ``gpu.idle``'s own converge (same verdicts, same kills) and, once idle,
-    the rest runs again on the host; then readiness, placement and the verified mark as ``verify_ready``."""
-    doc = _transition(host, sup, spec, arguments)
+    the rest runs again on the host; then readiness, placement and the verified mark as ``verify_ready`` (the
+    mark over the transition's own channel when it can wait for it)."""
+    with _transition(host, sup, spec, arguments) as talk:
+        return _judge_switch(host, cfg, sup, spec, files, sel, timing, python, progress_s, arguments, talk)
+
+
+def _judge_switch(host, cfg, sup, spec, files, sel, timing, python, progress_s, arguments, talk) -> bool:
+    doc = talk.document
     if doc.get("phase") in ("stop", "release"):
         step = doc[doc["phase"]]
         report.log(host, f"server.running: {step.get('error')}: handing over to gpu.idle", fg="yellow")
@@ -227,16 +248,22 @@ def switch(state, host, cfg: ServerConfig, sup, spec: dict, files, sel, timing, 
         if not host.put_file(StringIO(staged(sup, files)), sup.path(STAGED)):
             report.error(host, f"server.running: could not upload {sup.path(STAGED)}")
             return False
-        doc = _transition(host, sup, {**spec, "stop": None, "release": None}, arguments)
+        talk.close()
+        with _transition(host, sup, {**spec, "stop": None, "release": None}, arguments) as talk:
+            return _judge_switch(host, cfg, sup, {**spec, "stop": None, "release": None}, files, sel, timing,
+                                 python, progress_s, arguments, talk)
     if doc.get("phase") not in ("wait", "done"):
         step = doc.get(doc.get("phase") or "")
         why = (step.get("error") if isinstance(step, dict) else None) or doc.get("error")
         report.error(host, f"server.running: {doc.get('phase') or 'transition'} failed: {why}")
         return False
-    return judge_ready(host, cfg, sup, python, progress_s, first=doc["wait"], placed=doc.get("gpus"))
+    return judge_ready(host, cfg, sup, python, progress_s, first=doc["wait"], placed=doc.get("gpus"), talk=talk)
 
 
-def _transition(host, sup, spec: dict, arguments: dict) -> dict:
-    return ask_streaming(host, sup.ctl(sup.directory, json.dumps(spec, sort_keys=True), program="transition.py"),
-                         lambda line: report.log(host, f"server.running: {line}"), arguments,
-                         lambda why: {"phase": None, "error": f"transition: {why}"})
+def _transition(host, sup, spec: dict, arguments: dict) -> Conversation:
+    def build(replies: bool):  # a program that can be answered waits for the verified mark
+        asked = {**spec, "verdict": {"hash": spec["start"]["hash"]}} if replies else spec
+        return sup.ctl(sup.directory, json.dumps(asked, sort_keys=True), program="transition.py")
+
+    return Conversation(host, build, lambda line: report.log(host, f"server.running: {line}"), arguments,
+                        lambda why: {"phase": None, "error": f"transition: {why}"})

@@ -13,10 +13,14 @@ JSON (every key but ``start`` and ``wait`` optional; a step whose key is missing
     annotate  {...}                              server_ctl annotate
     wait      {"budget_s", "prompt", "engine", "model", "progress_s"}   server_ctl wait
     devices, nvml                                the final GPU reading (probe_gpu)
+    verdict   {"hash": H}                        after a run to "done", wait for the controller's one line
+                                                 ("verified": server_ctl verified H, answered as a second
+                                                 document; end of file: nothing)
 
 The document says how far it got: ``phase`` is the step it ended in ("done" when it ran through), with each
 step's own reply under its name. The controller judges all of it (release verdict, readiness, placement) and
-alone marks the server verified; nothing here does.
+alone marks the server verified: over the same SSH channel when ``verdict`` is given (a round trip saved),
+never on this program's own judgement.
 """
 import json
 import os
@@ -143,6 +147,9 @@ def main(argv):
     if doc["phase"] in ("done", "wait"):  # where the new server's processes are, for the placement check
         doc["gpus"] = probe_gpu.probe(None, spec.get("devices") or "/dev/nvidia*", spec.get("nvml", True))
     sys.stdout.write(json.dumps(doc) + "\n")
+    sys.stdout.flush()
+    if spec.get("verdict") and doc["phase"] == "done" and sys.stdin.readline().strip() == "verified":
+        sys.stdout.write(json.dumps({"verified": server_ctl.cmd_verified(d, spec["verdict"]["hash"])}) + "\n")
 
 
 if __name__ == "__main__":
