@@ -240,28 +240,29 @@ def test_sweep_on_a_multinode_group_benchmarks_from_rank_0_under_the_group_name(
 def test_a_switch_over_ssh_is_one_streamed_host_program_and_a_converged_rerun_one_command(make_cluster):
     """Round trips, counted from the host's sshd log: a switch is the read (GPUs, server and the kept engine
     verdict at once), the engine's parse when this config was never judged here, the lease with the server
-    directory, one SFTP upload, the transition (whose channel also carries the verified mark) and the lease
-    release; a converged rerun is the read alone. The progress lines arrive while it runs, and the server is
-    marked verified by the controller's reply."""
+    directory, one SFTP upload and the transition, whose channel also carries the verified mark and, the run's
+    last operation here, the lease's release; a converged rerun is the read alone. The progress lines arrive
+    while it runs, the server is marked verified by the controller's reply, and no lease is left behind."""
     cluster = make_cluster(1, server_start_s=0.3)
     log = Path(cluster.nodes[0].root, "sshd.log")
 
     def converge(config):
         before = log.read_text().count("Starting session:")
         run = run_cluster(cluster, "--data", f"config={config}")
+        assert not Path(cluster.nodes[0].root, "servers", ".specops-lock.json").exists(), run
         return run, log.read_text().count("Starting session:") - before
 
     first, n = converge("eagle3-llama3.1-8b")
-    assert first.rc == 0 and n == 6, (n, first)  # a fresh start: its config's first parse by the host's SGLang
+    assert first.rc == 0 and n == 5, (n, first)  # a fresh start: its config's first parse by the host's SGLang
     eagle3 = live_server(cluster, 0)["config_hash"]
     switch, n = converge("baseline-llama3.1-8b")
-    assert switch.rc == 0 and n == 6, (n, switch)
+    assert switch.rc == 0 and n == 5, (n, switch)
     assert re.search(r"server\.running: \[\s*[\d.]+s\] stopped by SIGTERM", switch.out), switch
     assert re.search(r"server\.running: \[\s*[\d.]+s\] GPU memory released after", switch.out), switch
     state = live_server(cluster, 0)  # a start records a fresh state: verified_at is this start's mark
     assert state["config_hash"] != eagle3 and state.get("verified_at"), state
     back, n = converge("eagle3-llama3.1-8b")
-    assert back.rc == 0 and n == 5, (n, back)  # judged before: the host kept its engine's verdict
+    assert back.rc == 0 and n == 4, (n, back)  # judged before: the host kept its engine's verdict
     assert "config confirmed" in back.out and live_server(cluster, 0).get("verified_at"), back
     again, n = converge("eagle3-llama3.1-8b")
     assert again.rc == 0 and n == 1 and changed(again) == 0, (n, again)

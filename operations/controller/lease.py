@@ -22,6 +22,7 @@ import socket
 import time
 import uuid
 
+import gevent
 from pyinfra.api import FunctionCommand
 from pyinfra.api.state import BaseStateCallback, State
 
@@ -211,7 +212,28 @@ def release(state, name: str) -> None:
 
 
 def release_all(state) -> None:
-    """Release every lease this run still holds (after its last operation, and at exit)."""
+    """Release every lease this run still holds (after its last operation, and at exit), every host at once:
+    one after another, N hosts would add N round trips to the end of the run."""
     run = run_state.peek(state, "lease")
-    for name in list(run.held) if run is not None else ():
+    names = list(run.held) if run is not None else []
+    if len(names) > 1:
+        gevent.joinall([gevent.spawn(release, state, name) for name in names])
+    for name in names if len(names) == 1 else ():
         release(state, name)
+
+
+def handover(on_host) -> dict | None:
+    """The lease a host program may release as its last act (path and owner id): this run's, while the
+    operation running is the run's last on that host; else None. Saves the run's closing round trip."""
+    run = run_state.peek(on_host.state, "lease")
+    order = getattr(on_host, "op_hash_order", None) or ()
+    if run is None or on_host.name not in run.held or not order or on_host.current_op_hash != order[-1]:
+        return None
+    return {"path": lease_path(on_host), "id": run.owner["id"]}
+
+
+def handed_over(on_host, answer: dict | None) -> None:
+    """A host program's answer: when it released the lease, the lease is no longer this run's to release."""
+    run = run_state.peek(on_host.state, "lease")
+    if run is not None and isinstance(answer, dict) and (answer.get("released") or {}).get("released") is True:
+        run.held.pop(on_host.name, None)

@@ -142,7 +142,9 @@ def judge_ready(host, cfg: ServerConfig, sup, python: str, progress_s: float, pe
         verdict = Readiness("misplaced", verdict.elapsed, (misplaced,))
     answered = None
     if talk is not None and talk.waiting:  # the transition waits for the mark: only "verified" marks the server
-        answered = talk.reply("verified") if verdict.ok else talk.close()
+        lease = lock.handover(host)  # the run's last operation here: the transition also releases the lease
+        answered = talk.reply("verified release" if lease else "verified") if verdict.ok else talk.close()
+        lock.handed_over(host, answered)
     if verdict.ok:  # only a completed verification marks the server running (never a host-side wait)
         problem = _mark_verified(host, cfg, sup, answered)
         if problem:
@@ -262,7 +264,8 @@ def _judge_switch(host, cfg, sup, spec, files, sel, timing, python, progress_s, 
 
 def _transition(host, sup, spec: dict, arguments: dict) -> Conversation:
     def build(replies: bool):  # a program that can be answered waits for the verified mark
-        asked = {**spec, "verdict": {"hash": spec["start"]["hash"]}} if replies else spec
+        asked = ({**spec, "verdict": {"hash": spec["start"]["hash"], "lease": lock.handover(host)}} if replies
+                 else spec)
         return sup.ctl(sup.directory, json.dumps(asked, sort_keys=True), program="transition.py")
 
     return Conversation(host, build, lambda line: report.log(host, f"server.running: {line}"), arguments,

@@ -1,5 +1,5 @@
 """Remote side of the host lock: ``run.py lease acquire PATH OWNER_JSON TTL_S [BREAK_ID] [--prepare DIR]`` or
-``release PATH OWNER_ID``; prints one JSON document. ``--prepare``: once the lease is this run's, the server
+``release PATH OWNER_ID``; prints one JSON document (exit 1 for an unsafe state directory). ``--prepare``: once the lease is this run's, the server
 directory DIR is created or checked too (``server_dir.cmd_prepare``, its reply under ``prepared``), saving the
 switch a round trip.
 
@@ -56,31 +56,42 @@ def release(path, owner_id):
     return {"released": False, "holder": held}
 
 
-def main(argv):
-    cmd, path = argv[0], argv[1]
+def locked(path, act):
+    """``act()`` under the lease's flock, or the refusal of a state directory others could write."""
     unsafe = unsafe_tree(os.path.dirname(path))
     if unsafe:  # a lease in a directory others can write could be forged or swapped for a symlink
-        sys.stdout.write(json.dumps({"error": f"unsafe state directory {os.path.dirname(path)}: {unsafe}"}) + "\n")
-        sys.exit(1)
+        return {"error": f"unsafe state directory {os.path.dirname(path)}: {unsafe}"}
     make_dirs(os.path.dirname(path))
     fd = _nofollow_fd(path + ".flock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        if cmd == "acquire":
-            rest, prepare = argv[4:], None
-            if "--prepare" in rest:
-                at = rest.index("--prepare")
-                prepare, rest = rest[at + 1], rest[:at] + rest[at + 2:]
-            out = acquire(path, json.loads(argv[2]), float(argv[3]), rest[0] if rest else None)
-        elif cmd == "release":
-            out = release(path, argv[2])
-        else:
-            raise SystemExit(f"unknown command {cmd}")
+        return act()
     finally:
         os.close(fd)
-    if cmd == "acquire" and prepare and out.get("acquired"):  # outside the lease's flock: it guards the lease only
-        out["prepared"] = cmd_prepare(prepare)
+
+
+def cmd_release(path, owner_id):
+    """Release the lease if ``owner_id`` holds it (also the transition's last act when its run ends there)."""
+    return locked(path, lambda: release(path, owner_id))
+
+
+def main(argv):
+    cmd, path = argv[0], argv[1]
+    if cmd == "acquire":
+        rest, prepare = argv[4:], None
+        if "--prepare" in rest:
+            at = rest.index("--prepare")
+            prepare, rest = rest[at + 1], rest[:at] + rest[at + 2:]
+        out = locked(path, lambda: acquire(path, json.loads(argv[2]), float(argv[3]), rest[0] if rest else None))
+        if prepare and out.get("acquired"):  # outside the lease's flock: it guards the lease only
+            out["prepared"] = cmd_prepare(prepare)
+    elif cmd == "release":
+        out = cmd_release(path, argv[2])
+    else:
+        raise SystemExit(f"unknown command {cmd}")
     sys.stdout.write(json.dumps(out) + "\n")
+    if "error" in out:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,8 @@ import os
 import shlex
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 
+from . import loopback
 from .common import (DICT, INT, NUM, STR, masked, private_dir, read_doc, save_json, secret_name, set_aside, start_time,
                      unsafe_tree)
 
@@ -89,25 +88,19 @@ def secret(d, name):
 
 
 def http(d, port, path, body=None, timeout=2.0):
-    """(status code or None, parsed JSON or text or error string)."""
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST" if body is not None else "GET",
-                                 data=None if body is None else json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    """(status code or None, parsed JSON or text or error string); the API key from secrets.env, if any."""
     key = secret(d, "SPECOPS_SECRET_API_KEY")
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read().decode(errors="replace")
-            code = resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")[:500]
-    except (OSError, ValueError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
+        code, raw = loopback.request(port, path, body, {"Authorization": f"Bearer {key}"} if key else None, timeout)
+    except OSError as exc:
+        return None, str(exc) if isinstance(exc, loopback.HTTPFailure) else f"{type(exc).__name__}: {exc}"
+    text = raw.decode(errors="replace")
+    if code >= 400:
+        return code, text[:500]
     try:
-        return code, json.loads(raw)
+        return code, json.loads(text)
     except ValueError:
-        return code, raw
+        return code, text
 
 
 MIN_SECRET_LEN = 4  # shorter values would blank ordinary words; their fields are still masked by name

@@ -13,9 +13,10 @@ JSON (every key but ``start`` and ``wait`` optional; a step whose key is missing
     annotate  {...}                              server_ctl annotate
     wait      {"budget_s", "prompt", "engine", "model", "progress_s"}   server_ctl wait
     devices, nvml                                the final GPU reading (probe_gpu)
-    verdict   {"hash": H}                        after a run to "done", wait for the controller's one line
-                                                 ("verified": server_ctl verified H, answered as a second
-                                                 document; end of file: nothing)
+    verdict   {"hash": H, "lease": {"path", "id"}}   after a run to "done", wait for the controller's one
+                                                 line ("verified": server_ctl verified H; "verified release":
+                                                 that, then the run's lease released), answered as a second
+                                                 document; end of file: nothing
 
 The document says how far it got: ``phase`` is the step it ended in ("done" when it ran through), with each
 step's own reply under its name. The controller judges all of it (release verdict, readiness, placement) and
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from . import probe_gpu, server_ctl
+from . import lease, probe_gpu, server_ctl
 from .server_dir import load_state, refuse_unsafe
 
 T0 = time.monotonic()
@@ -148,8 +149,20 @@ def main(argv):
         doc["gpus"] = probe_gpu.probe(None, spec.get("devices") or "/dev/nvidia*", spec.get("nvml", True))
     sys.stdout.write(json.dumps(doc) + "\n")
     sys.stdout.flush()
-    if spec.get("verdict") and doc["phase"] == "done" and sys.stdin.readline().strip() == "verified":
-        sys.stdout.write(json.dumps({"verified": server_ctl.cmd_verified(d, spec["verdict"]["hash"])}) + "\n")
+    if spec.get("verdict") and doc["phase"] == "done":
+        answer(d, spec["verdict"], sys.stdin.readline().split())
+
+
+def answer(d, verdict, words):
+    """The controller's one line: ``verified`` marks the server; ``verified release`` (the run's last
+    operation on this host) also releases the run's lease (``verdict["lease"]``: path and owner id), saving
+    the run's closing round trip. Anything else, or end of file: nothing."""
+    if words[:1] != ["verified"]:
+        return
+    out = {"verified": server_ctl.cmd_verified(d, verdict["hash"])}
+    if words[1:] == ["release"] and verdict.get("lease"):
+        out["released"] = lease.cmd_release(verdict["lease"]["path"], verdict["lease"]["id"])
+    sys.stdout.write(json.dumps(out) + "\n")
 
 
 if __name__ == "__main__":
