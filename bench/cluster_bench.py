@@ -33,11 +33,14 @@ PYINFRA = str(Path(sys.executable).with_name("pyinfra"))
 ANSIBLE_VENV = REPO / ".venv-ansible"
 START_S, RELEASE_S = 1.0, 0.5
 CONFIGS = ("baseline-llama3.1-8b", "eagle3-llama3.1-8b")
+KEEP_ENV = False  # --as-is: keep PYTHONDONTWRITEBYTECODE if the environment sets it
 STAMP = re.compile(r"\[(\S+?)\] server\.running: \[\s*([\d.]+)s\] (.*)")
 
 
 def run(argv: list[str], env: dict) -> tuple[int, float, int, str]:
-    """(rc, seconds, peak RSS KiB, output) of one controller run."""
+    """(rc, seconds, peak RSS KiB, output) of one controller run, its modules' bytecode cached as on a user's
+    machine (an environment with PYTHONDONTWRITEBYTECODE set recompiles every specops module on every run)."""
+    env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE" or KEEP_ENV}
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = proc.stdout.read()
@@ -97,7 +100,7 @@ def ansible_files(cluster, tmp: Path) -> tuple[Path, Path, dict]:
     return tmp / "hosts.ini", tmp / "noop.yml", {**os.environ, "ANSIBLE_CONFIG": str(tmp / "ansible.cfg")}
 
 
-def measure(n: int, runs: int, ansible: Path | None) -> dict:
+def measure(n: int, runs: int, ansible: Path | None, switch: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cluster = SimCluster.up(Path(tmp) / "c", n, 4, server_start_s=START_S, release_delay_s=RELEASE_S)
         try:
@@ -112,15 +115,15 @@ def measure(n: int, runs: int, ansible: Path | None) -> dict:
             assert all(r[0] == 0 for r in bare)
             row.update(noop=statistics.median(r[1] for r in noop), bare=statistics.median(r[1] for r in bare),
                        rss_noop=max(r[2] for r in noop), rss_bare=max(r[2] for r in bare))
-            switch, engine, release, held = [], [], [], []
-            for i in range(runs):
+            switches, engine, release, held = [], [], [], []
+            for i in range(runs if switch else 0):
                 rc, t, _, out = pyinfra(cluster, "deploy.py", "--data", f"config={CONFIGS[i % 2]}")
                 phases = host_phases(out)
                 if rc != 0 or len(phases) != n:
                     row["failed_starts"] += 1
                     print(out[-3000:], file=sys.stderr)
                     continue
-                switch.append(t)
+                switches.append(t)
                 # the slowest host bounds the run: its own engine start plus release is what nobody can cut
                 slowest = max(phases.values(), key=sum)
                 engine.append(slowest[0])
@@ -128,10 +131,10 @@ def measure(n: int, runs: int, ansible: Path | None) -> dict:
                 held.append(sum(slowest))
                 if i == 0:  # the first switch to this config: the host's engine parses it (later ones: kept)
                     row["cold_over"] = t - statistics.median(r[1] for r in bare) - sum(slowest)
-            if switch:
-                row.update(switch=statistics.median(switch), engine=statistics.median(engine),
+            if switches:
+                row.update(switch=statistics.median(switches), engine=statistics.median(engine),
                            release=statistics.median(release), held=statistics.median(held),
-                           over=statistics.median(t - row["bare"] - h for t, h in zip(switch, held)))
+                           over=statistics.median(t - row["bare"] - h for t, h in zip(switches, held)))
             if ansible:
                 inv, play, env = ansible_files(cluster, Path(tmp))
                 (Path(tmp) / "cp").mkdir(exist_ok=True)
@@ -146,7 +149,8 @@ def measure(n: int, runs: int, ansible: Path | None) -> dict:
 
 def table(rows: list[dict], command: str, runs: int) -> str:
     out = [f"Command: `{command}` (stand-in start {START_S} s, release delay {RELEASE_S} s; medians of {runs} "
-           f"runs; machine: {os.cpu_count()} CPUs, {_mem_gib():.0f} GiB, every simulated host on it)", "",
+           f"runs; machine: {os.cpu_count()} CPUs, {_mem_gib():.0f} GiB, every simulated host on it; controller bytecode: "
+           f"{'as the environment has it' if KEEP_ENV else 'cached, PYTHONDONTWRITEBYTECODE unset'})", "",
            "| hosts | no-op converge | bare deploy | no-op ratio | Ansible no-op (ratio to bare) | SSH cmds/host "
            "(no-op) | switch total | engine start + release (host-measured) | switch overhead | first switch to "
            "a config: overhead | failed starts | peak RSS (ratio) |",
@@ -173,11 +177,20 @@ def main() -> int:
     p.add_argument("--hosts", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--no-ansible", action="store_true")
+    p.add_argument("--switch-upto", type=int, default=None, metavar="N",
+                   help="measure switches only up to N hosts (larger N: no-op, bare deploy and RSS only)")
+    p.add_argument("--as-is", action="store_true", help="keep PYTHONDONTWRITEBYTECODE from the environment")
     p.add_argument("--write", type=Path, help="write the table into this file (replacing it)")
     a = p.parse_args()
     command = "sudo .venv/bin/python bench/cluster_bench.py " + " ".join(sys.argv[1:])
+    global KEEP_ENV
+    KEEP_ENV = a.as_is
     ansible = None if a.no_ansible else ansible_ready()
-    text = table([measure(n, a.runs, ansible) for n in a.hosts], command, a.runs)
+    rows = []
+    for n in a.hosts:  # each row said as soon as it is measured: a later failure keeps the earlier ones
+        rows.append(measure(n, a.runs, ansible, a.switch_upto is None or n <= a.switch_upto))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    text = table(rows, command, a.runs)
     print(text)
     if a.write:
         a.write.write_text(text)

@@ -17,6 +17,7 @@ namespace, then deletes the namespaces and the bridge.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -93,7 +94,7 @@ class SimCluster:
         sshd = _preflight()
         directory = Path(directory).resolve()
         directory.mkdir(parents=True, exist_ok=True)
-        tag = f"{os.getpid() % 10000:04d}"
+        tag = _free_tag()
         subnet = subnet or _free_subnet()
         cluster = cls(str(directory), tag, subnet, f"sobr{tag}", gpus)
         try:
@@ -325,6 +326,19 @@ def _run(argv: list[str]) -> str:
     if proc.returncode:
         raise ClusterError(f"{' '.join(argv)}: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc.stdout
+
+
+_SEQ = itertools.count()
+
+
+def _free_tag() -> str:
+    """Four digits naming this cluster's links and namespaces: from the pid, and never one whose links still
+    exist (a cluster just taken down: the kernel destroys a dead namespace's veth peers asynchronously)."""
+    for _ in range(10000):
+        tag = f"{(os.getpid() + 389 * next(_SEQ)) % 10000:04d}"
+        if not any(n.startswith((f"sobr{tag}", f"so{tag}v")) for n in os.listdir("/sys/class/net")):
+            return tag
+    raise ClusterError("no free cluster tag: too many simulated clusters' links exist")
 
 
 def _ip(*args: str) -> str:
