@@ -131,7 +131,7 @@ def test_many_processes_use_the_size_retry(libdir, tmp_path):
 
 
 def test_exact_and_short_buffers_follow_nvml_sizing(libdir, tmp_path):
-    code = textwrap.dedent(f"""
+    code = textwrap.dedent("""
         import ctypes, pynvml as n
         n.nvmlInit()
         lib, h = n.nvmlLib, n.nvmlDeviceGetHandleByIndex(0)

@@ -4,7 +4,6 @@ the command line split between engine.yaml and flags, GPU placement, and /server
 (The same rules against the real SGLang 0.5.23 are in tests/test_real_sglang.py.)"""
 import json
 import subprocess
-import sys
 
 import pytest
 import yaml

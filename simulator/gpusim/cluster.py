@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import ledger
+from .hostenv import host_python, own_home
 from .tools import STANDARD_PATH, host_data, install_tools
 
 SSH_PORT = 22
@@ -72,6 +73,12 @@ class SimCluster:
         return os.path.join(self.directory, "node")
 
     @property
+    def host_python(self) -> str:
+        """The hosts' interpreter for specops's host programs: this Python with pynvml and nothing else, as a
+        GPU host's (not the controller's venv, whose editable installs cost every interpreter start ~15 ms)."""
+        return os.path.join(self.directory, "hostpy", "bin", "python")
+
+    @property
     def ssh_dir(self) -> str:
         return os.path.join(self.directory, "ssh")
 
@@ -112,6 +119,7 @@ class SimCluster:
         _ip("addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         lib = self._nvml_lib()
+        host_python(Path(self.host_python).parent.parent)
         for i in range(hosts):
             node = Node(i, f"{self.subnet}.{10 + i}", f"specops-{self.tag}-{i}", f"so{self.tag}v{i}",
                         os.path.join(self.directory, "hosts", f"h{i}"))
@@ -150,6 +158,7 @@ class SimCluster:
         ledger.save_host(root, {**host, "server_start_s": server_start_s})
         install_tools(root, nvml=False, seen_as=Path(self.node_root))
         shutil.copytree(lib, root / "lib", dirs_exist_ok=True)
+        own_home(root, Path(self.node_root, "home"))
         ssh = root / "ssh"
         ssh.mkdir(mode=0o700, exist_ok=True)
         if not (ssh / "ssh_host_ed25519_key").exists():
@@ -170,6 +179,7 @@ class SimCluster:
         argv = ["ip", "netns", "exec", node.netns,
                 "unshare", "--pid", "--mount", "--fork", "--kill-child", "--mount-proc", "--propagation", "private",
                 sys.executable, "-m", "gpusim.nsinit", "--bind", node.root, self.node_root,
+                "--bind", os.path.join(node.root, "etc", "passwd"), "/etc/passwd",
                 "--log", os.path.join(node.root, "sshd.log"),
                 "--", sshd, "-D", "-e", "-f", os.path.join(node.root, "ssh", "sshd_config")]
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
@@ -263,6 +273,7 @@ class SimCluster:
             "ssh_known_hosts_file": os.path.join(self.ssh_dir, "known_hosts"),
             "ssh_strict_host_key_checking": "yes", "ssh_look_for_keys": False, "ssh_allow_agent": False,
             **host_data(self.node_root, path=STANDARD_PATH),  # the simulated GPUs, SGLang, device files (tools.py)
+            "specops_python": self.host_python,
             "gpu_count": self.gpus,
         }
         return [[n.address, dict(data)] for n in self.nodes]
