@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import re
 import socket
 import subprocess
@@ -106,7 +107,9 @@ def configs(tmp_path):
     """The shipped configs, copied with a free port (tests never share a port with anything else)."""
     port = free_port()
     out = {}
-    for name in ("eagle3-llama3.1-8b", "baseline-llama3.1-8b"):
+    shutil.copytree(REPO / "configs" / "adaptive", tmp_path / "adaptive")  # tables the adaptive configs ship
+    for name in ("eagle3-llama3.1-8b", "baseline-llama3.1-8b", "eagle3-adaptive-llama3.1-8b",
+                 "eagle3-adaptive-tuned-llama3.1-8b"):
         data = shipped(name)
         data["port"] = port
         data["specops"]["ready_timeout_s"] = 30

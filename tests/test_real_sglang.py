@@ -26,8 +26,8 @@ import os
 import re
 import runpy
 import subprocess
-import sys
 from dataclasses import dataclass, field, replace
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -133,14 +133,19 @@ class Rendered:
     engine_yaml: str | None  # None: the old renderer, every flag on the line
     flat: list = field(default_factory=list)  # every flag on the line (no engine file)
 
+    shipped: dict = field(default_factory=dict)  # leaf -> content of the files the config ships beside it
+
     def files(self) -> dict:
-        return {ENGINE_FILE: self.engine_yaml} if self.engine_yaml is not None else {}
+        return {**({ENGINE_FILE: self.engine_yaml} if self.engine_yaml is not None else {}), **self.shipped}
 
 
 def render(cfg: ServerConfig) -> Rendered:
     """What specops starts: ``launcher --config engine.yaml <flags the file cannot carry>`` (secrets substituted);
     the old single-line renderer until ``engine_yaml`` / ``launch_argv`` exist."""
     launcher = list(cfg.launcher)
+    shipped = {f.leaf: f.content for f in getattr(cfg, "shipped", ())}
+    if shipped:  # the bridge's directory, as the server's own directory on a host
+        cfg = cfg.placed("@DIR")
     if NEW_RENDERING:
         argv = ENGINE.launch_argv(cfg, "@" + ENGINE_FILE)
         flat = ENGINE.launch_argv(cfg, None)
@@ -150,7 +155,7 @@ def render(cfg: ServerConfig) -> Rendered:
         text = None
     assert [str(a) for a in argv[:len(launcher)]] == launcher, (argv, launcher)
     return Rendered([_secret(cfg, a) for a in argv[len(launcher):]], text,
-                    [_secret(cfg, a) for a in flat[len(launcher):]])
+                    [_secret(cfg, a) for a in flat[len(launcher):]], shipped)
 
 
 def render_any(cfg: ServerConfig) -> Rendered:
@@ -162,7 +167,7 @@ def render_any(cfg: ServerConfig) -> Rendered:
     unknown = {k: v for k, v in cfg.args.items() if k not in table}
     r = render(replace(cfg, args={k: v for k, v in cfg.args.items() if k in table}))
     extra = [a for k, v in unknown.items() for a in ("--" + k.replace("_", "-"), str(v))]
-    return Rendered(r.flags + extra, r.engine_yaml, r.flat + extra)
+    return Rendered(r.flags + extra, r.engine_yaml, r.flat + extra, r.shipped)
 
 
 def unvalidated(data: dict, name: str) -> ServerConfig:
@@ -173,13 +178,27 @@ def unvalidated(data: dict, name: str) -> ServerConfig:
                         gpus=tuple(meta["gpus"]) if isinstance(meta.get("gpus"), list) else None)
 
 
-def specops_issues(data: dict, name: str, environ=None, host: dict | None = None) -> list:
+def with_files(cfg: ServerConfig, files: dict | None) -> ServerConfig:
+    """``cfg`` shipping the case's ``files`` its arguments name (unchecked: SGLang is to see them as they are)."""
+    from operations.model.server_config import ShippedFile
+    from operations.model.shipped import SHIPPABLE
+
+    shipped = tuple(ShippedFile(dest, SHIPPABLE[dest][0], files[cfg.args[dest]]) for dest in SHIPPABLE
+                    if files and cfg.args.get(dest) in files)
+    return replace(cfg, shipped=shipped) if shipped else cfg
+
+
+def specops_issues(data: dict, name: str, environ=None, host: dict | None = None, files: dict | None = None) -> list:
     """What specops refuses ``data`` for: from_mapping's ConfigError, else the engine's validation (with the host
-    context when given), as check_inventory runs it before anything is started."""
-    try:
-        cfg = configs.from_mapping(data, name, environ=environ or {})
-    except ConfigError as exc:
-        return exc.issues
+    context when given), as check_inventory runs it before anything is started. ``files``: name -> text beside the
+    config (the files it names by relative path)."""
+    with tempfile.TemporaryDirectory(prefix="specops-stricter-") as tmp:  # read by from_mapping, then gone
+        for leaf, text in (files or {}).items():
+            (Path(tmp) / leaf).write_text(text)
+        try:
+            cfg = configs.from_mapping(data, name, environ=environ or {}, base=Path(tmp) if files else None)
+        except ConfigError as exc:
+            return exc.issues
     return validation.validate(cfg, validation.HostContext(**(host or {})))
 
 
@@ -235,7 +254,7 @@ def _cases() -> list[dict]:
     for cid, cfg in SHIPPED:
         r = render(cfg)
         cases.append({"id": f"shipped:{cid}", "argv": r.flags + ["--device", "cpu"], "files": r.files()})
-        cases.append({"id": f"flat:{cid}", "argv": r.flat + ["--device", "cpu"]})
+        cases.append({"id": f"flat:{cid}", "argv": r.flat + ["--device", "cpu"], "files": r.shipped})
         if r.engine_yaml is not None:
             cases.append({"id": f"merge:{cid}", "mode": "merge", "argv": ["--config", "@" + ENGINE_FILE],
                           "files": r.files()})
@@ -244,7 +263,7 @@ def _cases() -> list[dict]:
                    else configs.from_mapping(case["config"], case["id"], environ=case["environ"]))
         cases.append({"id": f"corpus:{case['id']}", "argv": r.flags + _device(case), "files": r.files()})
     for i, case in enumerate(STRICTER):
-        r = render_any(unvalidated(case["config"], f"stricter{i}"))
+        r = render_any(with_files(unvalidated(case["config"], f"stricter{i}"), case.get("files")))
         cases.append({"id": f"stricter:{i}", "argv": r.flags + _device(case), "files": r.files()})
     return cases
 
@@ -352,6 +371,9 @@ def test_engine_yaml_launch_resolves_like_all_flags_on_the_line(real, cid):
     """The engine file carries exactly what the flags would: SGLang resolves both to the same server."""
     via_file = _ok(real[f"shipped:{cid}"])["resolved"]
     flat = _ok(real[f"flat:{cid}"])["resolved"]
+    for f in getattr(dict(SHIPPED)[cid], "shipped", ()):  # each case has its own directory: the file is the same
+        assert os.path.basename(via_file[f.dest]) == os.path.basename(flat[f.dest]) == f.leaf
+        via_file, flat = {**via_file, f.dest: f.leaf}, {**flat, f.dest: f.leaf}
     differ = sorted(k for k in set(via_file) | set(flat)
                     if k not in UNSTABLE_KEYS and via_file.get(k) != flat.get(k))
     assert not differ, {k: (via_file.get(k), flat.get(k)) for k in differ}
@@ -473,7 +495,7 @@ STRICTER_IDS = [f"{i}:{c['field']}:{c['rule']}" for i, c in enumerate(STRICTER)]
 @pytest.mark.parametrize("i", range(len(STRICTER)), ids=STRICTER_IDS)
 def test_specops_refuses_each_stricter_case_for_its_rule(i):
     case = STRICTER[i]
-    issues = specops_issues(case["config"], f"stricter{i}", host=case.get("host"))
+    issues = specops_issues(case["config"], f"stricter{i}", host=case.get("host"), files=case.get("files"))
     assert case["field"] in {x.field for x in issues}, [str(x) for x in issues]
 
 
@@ -565,3 +587,59 @@ def test_engine_check_rejects_an_unknown_flag_with_sglangs_argparse_message(engi
     doc = engine_checks["unknown-flag"]
     assert doc["ok"] is False and doc["version"] == SGLANG_VERSION, doc
     assert "unrecognized arguments: --speculative-bogus-flag 3" in doc["error"], doc
+
+
+# ==== e. the adaptive table ======================================================================================
+
+# (table, why specops refuses what SGLang's loader takes, or None where both decide alike)
+ADAPTIVE_TABLES = [
+    ({"1": {"candidate_steps": [1, 3, 5, 7]}, "8": {"candidate_steps": [0, 1, 3]}}, None),
+    ({"ema_alpha": 0.3, "1": {"candidate_steps": [1, 3]}, "32": {"candidate_steps": [0]}}, None),
+    ({"ema_alpha": 0.2}, None),                                 # no batch-size key
+    ({"1": {"candidate_steps": []}}, None),
+    ({"1": {"candidate_steps": [1, -1]}}, None),
+    ({"1": {"candidate_steps": [1, 2.5]}}, None),
+    ({"1": {"candidate_steps": "1,3"}}, None),
+    ({"1": {}}, None),
+    ({"1": {"candidate_steps": [True, 3]}}, "a boolean is an int to SGLang: true would be 1 draft step"),
+    ({"1": {"candidate_steps": [1]}, "l6": {"candidate_steps": [0]}}, "SGLang ignores a key that is not digits"),
+    ({"1": {"candidate_steps": [1]}, "update_interval": 0}, "SGLang divides by it at the first decode batches"),
+    ({"1": {"candidate_steps": [1]}, "ema_alpha": 2}, "an EMA weight outside (0, 1] never settles"),
+    ({"1": {"candidate_steps": [1], "warmup": 3}}, "SGLang ignores an unknown slot setting"),
+]
+
+_ADAPTIVE_BRIDGE = """
+import json, sys, tempfile
+from sglang.srt.speculative.adaptive_spec_params import resolve_candidate_steps_from_config
+out = []
+for table in json.load(sys.stdin):
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as fh:
+        json.dump(table, fh)
+        fh.flush()
+        try:
+            out.append({"steps": resolve_candidate_steps_from_config(fh.name)})
+        except Exception as exc:
+            out.append({"error": f"{type(exc).__name__}: {exc}"})
+print(json.dumps(out))
+"""
+
+
+def test_adaptive_table_rules_are_sglangs(sglang_python):
+    """specops' check of an adaptive table against SGLang 0.5.23's own loader: whatever SGLang refuses, specops
+    refuses; where specops refuses more, the table says why; candidate steps are SGLang's."""
+    from operations.model.engines import adaptive
+
+    proc = run_python(sglang_python, ["-c", _ADAPTIVE_BRIDGE], stdin=json.dumps([t for t, _ in ADAPTIVE_TABLES]))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for (table, stricter), real_side in zip(ADAPTIVE_TABLES, json.loads(proc.stdout)):
+        ours = adaptive.problems(table)
+        if "error" in real_side:
+            assert ours, (table, real_side)
+        elif stricter:
+            assert ours, (table, stricter)
+        else:
+            assert not ours, (table, ours)
+            assert list(adaptive.candidate_steps(table)) == real_side["steps"], (table, real_side)
+    builtin = run_python(sglang_python, ["-c", "import json; from sglang.srt.speculative.adaptive_spec_params import "
+                                         "resolve_candidate_steps_from_config as r; print(json.dumps(r(None)))"])
+    assert json.loads(builtin.stdout) == list(adaptive.DEFAULT_STEPS), builtin.stderr[-2000:]

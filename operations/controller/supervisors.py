@@ -67,13 +67,14 @@ class Supervisor:
     unit = None  # systemd unit name, when systemd supervises
 
     def files(self, cfg: ServerConfig) -> list[ServerFile]:
-        engine = engine_for(cfg.engine)
-        engine_yaml = engine.engine_yaml(cfg)
-        argv = engine.launch_argv(cfg, self.path("engine.yaml") if engine_yaml is not None else None)
+        engine, placed = engine_for(cfg.engine), cfg.placed(self.directory)  # shipped files: in this directory
+        engine_yaml = engine.engine_yaml(placed)
+        argv = engine.launch_argv(placed, self.path("engine.yaml") if engine_yaml is not None else None)
         script = render("launch.sh.j2", name=self.name, config_hash=cfg.config_hash, env_file=self.path("secrets.env"),
                         env=launch_env(cfg), argv=argv, shell_arg=_argv_for_shell)
         engine_file = [ServerFile(self.path("engine.yaml"), engine_yaml, "600")] if engine_yaml is not None else []
-        return [*engine_file, ServerFile(self.path("launch.sh"), script, "700"),
+        shipped = [ServerFile(self.path(f.leaf), f.content, "600") for f in cfg.shipped]
+        return [*engine_file, *shipped, ServerFile(self.path("launch.sh"), script, "700"),
                 ServerFile(self.path("secrets.env"), secrets_env(cfg), "600", secret=True)]
 
     def ctl(self, *args: str, program: str = "server_ctl.py") -> StringCommand:

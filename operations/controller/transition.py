@@ -31,7 +31,8 @@ from operations.model.server_state import recorded_view
 
 def show_diffs(sup, files, status) -> None:
     """``--diff``: each launch file against what the host has (secrets files named, never shown)."""
-    current = {sup.path("launch.sh"): status.launch_sh, sup.path("engine.yaml"): status.engine_yaml}
+    current = {sup.path("launch.sh"): status.launch_sh, sup.path("engine.yaml"): status.engine_yaml,
+               **{sup.path(leaf): text for leaf, text in status.shipped.items()}}
     if sup.unit:
         current[files[-1].path] = status.unit_file
     for f in files:

@@ -36,6 +36,7 @@ import yaml
 from operations.errors import ConfigError, Issue
 from operations.model.engines import engine_for
 from operations.model.server_config import ENGINES, SPECOPS_KEYS, ServerConfig
+from operations.model.shipped import ship
 from operations.model.validation import specops_value_issues, validate
 
 __all__ = ["ServerConfig", "from_mapping", "load", "known_configs"]  # ServerConfig: built here, defined in server_config
@@ -59,8 +60,9 @@ def _field(name: str) -> str:
     return name.replace("_", "-")
 
 
-def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) -> ServerConfig:
-    """Build a config from a parsed YAML mapping; raises ConfigError listing every problem found here."""
+def from_mapping(data: dict, name: str, source: str = "<python>", environ=None, base: Path | None = None) -> ServerConfig:
+    """Build a config from a parsed YAML mapping; raises ConfigError listing every problem found here. ``base``:
+    the config file's directory, where the files it names by relative path are read (``operations.model.shipped``)."""
     environ = os.environ if environ is None else environ
     issues: list[Issue] = []
     if not isinstance(data, dict):
@@ -97,6 +99,8 @@ def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) 
     # a value taken from the controller's environment is treated as secret, whatever its key is called
     from_env = {engine_for(engine).dest(str(k)) for k, v in data.items() if isinstance(v, str) and _ENV_REF.search(v)}
     from_env |= {str(k) for k, v in (meta.get("env") or {}).items() if isinstance(v, str) and _ENV_REF.search(v)}
+    shipped, ship_issues = ship(engine, args, base, _read_config)
+    issues += ship_issues
     launcher = meta.get("launcher") or ()
     if isinstance(launcher, str):
         launcher = tuple(launcher.split())
@@ -107,7 +111,7 @@ def from_mapping(data: dict, name: str, source: str = "<python>", environ=None) 
                                 for f in meta.get("secret_fields") or ()) | from_env, launcher=tuple(launcher),
         min_accept_length=meta.get("min_accept_length"), ready_timeout_s=float(meta.get("ready_timeout_s", 900)),
         prompt=str(meta.get("prompt", ServerConfig.prompt)), stop_grace_s=float(meta.get("stop_grace_s", 30)),
-        gpus=tuple(int(g) for g in gpus) if gpus is not None else None, source=source)
+        gpus=tuple(int(g) for g in gpus) if gpus is not None else None, source=source, shipped=shipped)
     if issues:
         # list every error in one go: the engine's rules that need no host (flags, types, speculative settings,
         # ports) too, except on fields already reported here (an unset ${VAR} is not also "required")
@@ -287,4 +291,4 @@ def load(name_or_path: str, search: Path | None = None, environ=None) -> ServerC
         if isinstance(data, dict):
             data = {**data, "specops": settings}
         source = f"{path} + {sidecar.name}"
-    return from_mapping(data, path.stem, source, environ)
+    return from_mapping(data, path.stem, source, environ, base=path.parent)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from dataclasses import dataclass, field, replace
 
 from operations.remote.common import secret_name  # the one secret rule: the host programs mask by it too
@@ -13,6 +14,20 @@ DEFAULT_LAUNCHER = {"sglang": ("python3", "-m", "sglang.launch_server"), "vllm":
 # specops keys whose change needs no restart: they only steer verification
 VERIFY_KEYS = ("min_accept_length", "ready_timeout_s", "prompt", "stop_grace_s")
 SPECOPS_KEYS = frozenset({"engine", "launcher", "env", "secret_fields", "gpus", "name", *VERIFY_KEYS})
+
+
+@dataclass(frozen=True)
+class ShippedFile:
+    """A file the config names that travels with the launch files (e.g. SGLang's adaptive table): the argument
+    ``dest`` points at ``leaf`` in the server's directory on the host."""
+
+    dest: str
+    leaf: str
+    content: str
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + hashlib.sha256(self.content.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -31,6 +46,7 @@ class ServerConfig:
     stop_grace_s: float = 30.0
     gpus: tuple | None = None  # GPU indices the server uses (default: 0 .. tp*dp-1 on the node)
     source: str = "<python>"
+    shipped: tuple = ()  # ShippedFile: uploaded with the launch files, their content part of the config's version
 
     def __post_init__(self):
         if not self.launcher:
@@ -57,7 +73,8 @@ class ServerConfig:
         """Everything whose change needs a restart (secrets by digest only)."""
         def digest(v):
             return "sha256:" + hashlib.sha256(str(v).encode()).hexdigest()[:16]
-        args = {k: digest(v) if self.is_secret(k) else v for k, v in sorted(self.args.items())}
+        files = {f.dest: f.digest for f in self.shipped}  # the content, wherever the host keeps it
+        args = {k: files.get(k) or (digest(v) if self.is_secret(k) else v) for k, v in sorted(self.args.items())}
         env = {k: digest(v) if self.is_secret(k) else v for k, v in sorted(self.env.items())}
         return {"engine": self.engine, "launcher": list(self.launcher), "args": args, "env": env,
                 "gpus": list(self.gpus) if self.gpus is not None else None}
@@ -94,6 +111,10 @@ class ServerConfig:
         if self.engine == "sglang":
             base, step = int(self.args.get("base_gpu_id") or 0), int(self.args.get("gpu_id_step") or 1)
         return [base + i * step for i in range(max(1, self.gpu_count()))]
+
+    def placed(self, directory: str) -> "ServerConfig":
+        """This config with every shipped file's argument pointing at its copy in the server's ``directory``."""
+        return self.with_args(**{f.dest: posixpath.join(directory, f.leaf) for f in self.shipped})
 
     def with_args(self, **changes) -> "ServerConfig":
         return replace(self, args={**self.args, **changes})

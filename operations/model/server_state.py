@@ -20,6 +20,7 @@ class ServerStatus:
     server_info: dict | None = None  # /server_info (or /get_server_info), masked on the host
     launch_sh: str | None = None
     engine_yaml: str | None = None  # the --config file the engine was started from
+    shipped: dict = field(default_factory=dict)  # leaf -> content of the files the config shipped beside it
     unit_file: str | None = None
     error: str | None = None
     problem: str | None = None  # the server directory is unsafe, or its state.json corrupt (then set aside)
@@ -42,7 +43,7 @@ def parse_status(doc: dict) -> ServerStatus:
     return ServerStatus(alive=bool(doc.get("alive")), pid=state.get("pid"), status=state.get("status", "absent"),
                         config_hash=state.get("config_hash"), recorded=state.get("recorded") or {},
                         health=doc.get("health"), server_info=doc.get("server_info"), launch_sh=doc.get("launch_sh"),
-                        engine_yaml=doc.get("engine_yaml"), unit_file=doc.get("unit_file"), problem=doc.get("problem"))
+                        engine_yaml=doc.get("engine_yaml"), shipped=doc.get("shipped") or {}, unit_file=doc.get("unit_file"), problem=doc.get("problem"))
 
 
 @dataclass(frozen=True)

@@ -51,15 +51,15 @@ def _jsonable(value):
 def _argv(case: dict, directory: str) -> list[str]:
     files = case.get("files") or {}
     paths = {}
-    for name, text in files.items():
+    for name, text in files.items():  # "@DIR" in a file or argument: this directory (a file names another)
         path = os.path.join(directory, os.path.basename(name))
         with open(path, "w") as fh:
-            fh.write(text)
+            fh.write(text.replace("@DIR", directory))
         paths[name] = path
     out = []
     for item in case["argv"]:
         item = str(item)
-        out.append(paths[item[1:]] if item.startswith("@") and item[1:] in paths else item)
+        out.append(paths[item[1:]] if item.startswith("@") and item[1:] in paths else item.replace("@DIR", directory))
     return out
 
 

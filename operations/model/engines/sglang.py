@@ -7,7 +7,7 @@ import json
 import yaml
 
 from operations.errors import Issue
-from operations.model.engines import sglang_args, sglang_resolve
+from operations.model.engines import adaptive, sglang_args, sglang_resolve
 from operations.model.engines.checks import api_key_issues, int_at_least, is_int, placement_issues, port_issues
 from operations.model.engines.secret_ref import SecretRef
 from operations.model.server_config import HostContext, ServerConfig
@@ -118,8 +118,11 @@ class SGLang:
         off = sglang_resolve.adaptive_off_reason({**a, "speculative_algorithm": a.get("speculative_algorithm")})
         if off:
             return [Issue("speculative-adaptive", f"{off}; SGLang would silently run without it")]
-        steps, candidates = a.get("speculative_num_steps"), sglang_resolve.DEFAULT_ADAPTIVE_STEPS
-        if steps is not None and not a.get("speculative_adaptive_config") and steps not in candidates:
+        steps, table = a.get("speculative_num_steps"), a.get("speculative_adaptive_config")
+        if steps is None or (table and not _shipped_table(cfg)):  # a table on the host: SGLang checks it there
+            return []
+        candidates = adaptive.candidate_steps(_shipped_table(cfg))
+        if steps not in candidates:
             return [Issue("speculative-num-steps", f"{steps} is not one of the adaptive candidate steps "
                                                    f"{list(candidates)} (SGLang refuses to start)")]
         return []
@@ -263,19 +266,30 @@ class SGLang:
         full.update(base_gpu_id=0, gpu_id_step=1)  # CUDA_VISIBLE_DEVICES places the server (see PLACEMENT)
         if full.get("enable_dp_attention"):  # SGLang turns dp into attention DP ranks over the same tp GPUs
             full.update(dp_size=1, attn_dp_size=full.get("dp_size"))
+        table = _shipped_table(cfg)
+        if table is not None:  # the steps SGLang starts from are the middle of this table's candidates
+            full["adaptive_candidate_steps"] = adaptive.candidate_steps(table)
         full.update(sglang_resolve.speculative(full))
         return {k: _norm(k, full.get(k)) for k in (self.compared(cfg) if keys is None else keys)}
 
     def compared(self, cfg: ServerConfig) -> list[str]:
         core = ["model_path", "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
                 "speculative_eagle_topk", "speculative_num_draft_tokens", "tp_size", "dp_size", "port"]
-        extra = [k for k in cfg.args if k not in core and not cfg.is_secret(k) and k in sglang_args.flags()]
+        shipped = {f.dest for f in cfg.shipped}  # the host path differs; the content is in the config's version
+        extra = [k for k in cfg.args if k not in core and not cfg.is_secret(k) and k in sglang_args.flags()
+                 and k not in shipped]
         return core + sorted(extra)
 
     def reported_view(self, cfg: ServerConfig, server_info: dict) -> dict:
         # 0.5.23's /server_info has the arguments at the top level; older releases nested them in server_args
         args = server_info.get("server_args") if isinstance(server_info.get("server_args"), dict) else server_info
         return {k: _norm(k, args.get(k)) for k in self.compared(cfg)}
+
+
+def _shipped_table(cfg: ServerConfig) -> dict | None:
+    """The adaptive table the config ships (parsed), or None."""
+    doc = next((adaptive.parse(f.content)[0] for f in cfg.shipped if f.dest == "speculative_adaptive_config"), None)
+    return doc if isinstance(doc, dict) and not adaptive.problems(doc) else None
 
 
 def _norm(key: str, value):

@@ -20,12 +20,14 @@ Where the answer depends on a model's checkpoint (which the controller never rea
 """
 from __future__ import annotations
 
+from operations.model.engines.adaptive import DEFAULT_STEPS
+
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")  # after NEXTN -> EAGLE
 CHECKPOINT_TREE = ("DFLASH", "UNO", "DSPARK", "FROZEN_KV_MTP")  # tree sizes come from the draft checkpoint
 KNOWN = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", *CHECKPOINT_TREE)
 TREE = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 # the candidate steps of SGLang's built-in adaptive table (speculative/adaptive_spec_params.py), sorted union
-DEFAULT_ADAPTIVE_STEPS = (0, 1, 3, 5, 7)
+DEFAULT_ADAPTIVE_STEPS = DEFAULT_STEPS
 NGRAM_DRAFT_TOKENS = 12
 
 
@@ -111,9 +113,10 @@ def speculative(args: dict) -> dict:
 def _eagle_tree(algo, steps, topk, draft, adaptive: bool, args: dict) -> tuple:
     if adaptive:
         topk = 1 if topk is None else topk
-        if steps is None:
-            steps = (DEFAULT_ADAPTIVE_STEPS[len(DEFAULT_ADAPTIVE_STEPS) // 2]
-                     if not args.get("speculative_adaptive_config") else AUTO)
+        if steps is None:  # the middle candidate: of the built-in table, of a shipped table, else unknown here
+            known = args.get("adaptive_candidate_steps") or (
+                None if args.get("speculative_adaptive_config") else DEFAULT_ADAPTIVE_STEPS)
+            steps = known[len(known) // 2] if known else AUTO
         return steps, topk, steps + 1 if isinstance(steps, int) else AUTO
     if steps is None and topk is None and draft is None:
         return (3, 1, 4) if algo == "STANDALONE" else (AUTO, AUTO, AUTO)  # else chosen by the target model
