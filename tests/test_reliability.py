@@ -306,6 +306,7 @@ def test_11_a_world_writable_state_tree_is_refused_before_anything_changes(serve
     shared.mkdir()
     shared.chmod(0o777)  # not sticky: any local user could swap what is inside
     args = ("--data", f"specops_state_dir={shared}/specops")
+    sim.state_dirs.append(shared / "specops")  # the fixture's cleanup stops the server started there
     run = converge(sim, configs["baseline-llama3.1-8b"], *args)
     assert run.rc != 0 and f"{shared} is writable by group and others (mode 777)" in run.out, run
     assert not (sim.root / "timeline.jsonl").exists()

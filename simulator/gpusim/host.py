@@ -36,6 +36,9 @@ class Holder:
 class SimHost:
     root: Path
     holders: list[Holder] = field(default_factory=list)
+    # state directories servers of this host are started under (DIR/servers, as inventory/sim.py puts them; a test
+    # that gives its run another specops_state_dir adds it, so cleanup() stops that server too)
+    state_dirs: list[Path] = field(default_factory=list)
 
     @classmethod
     def create(cls, root: Path, gpus: int = 8, *, nvml: bool = True, **kwargs) -> "SimHost":
@@ -94,9 +97,9 @@ class SimHost:
         ledger.save_host(self.root, host)
 
     def servers(self) -> list[dict]:
-        """state.json of every server started on this host (under DIR/servers, as inventory/sim.py puts them)."""
+        """state.json of every server started on this host (under DIR/servers and ``state_dirs``)."""
         out = []
-        for path in sorted((self.root / "servers").glob("*/state.json")):
+        for path in [p for d in [self.root / "servers", *self.state_dirs] for p in sorted(Path(d).glob("*/state.json"))]:
             with contextlib.suppress(OSError, ValueError):
                 out.append(json.loads(path.read_text()))
         return out
