@@ -35,6 +35,10 @@ continuous-batching engine whose decode step costs ``decode_step_ms + token_slot
 ``draft_step_ms`` per speculative step), where width is 1 without speculation and ``speculative-num-draft-tokens``
 with it, and a speculative step emits ``accept_length`` tokens per request on average: speculation pays at low
 concurrency (memory-bound steps) and stops paying once verification of the draft tokens dominates the step.
+With ``--speculative-adaptive`` each batch runs the steps its slot chooses (``gpusim.adaptive``, SGLang's rules and
+table, or ``--speculative-adaptive-config``): width steps + 1 and draft cost per step, or a plain decode step at 0;
+each request's accepted drafts (a chain of that many steps, the model above) feed the slot's EMA, and
+``avg_spec_accept_length`` reports the tokens per speculative verify so far.
 
 Host settings (DIR/host.json): ``server_start_s`` (default 1.0), ``accept_length`` (override the model below),
 ``decode_step_ms`` (12.0), ``token_slot_ms`` (0.2), ``draft_step_ms`` (1.6), ``prefill_ms_per_1k`` (8.0),
@@ -61,6 +65,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 from . import ledger
+from .adaptive import AdaptiveParams
 from .srt_args import ServerArgs, prepare_server_args
 from .srt_resolve import architecture
 from .watch import watch
@@ -96,6 +101,20 @@ def accept_length(args, host: dict) -> float | None:
     return round(min(float(draft), 1 + steps * (1 - 0.55 ** topk) * 0.92), 3)
 
 
+def chain_accept(steps: int, topk: int) -> float:
+    """Tokens per verify of a draft of ``steps`` steps (the model of :func:`accept_length`, draft tokens steps + 1)."""
+    return round(min(float(steps + 1), 1 + steps * (1 - 0.55 ** topk) * 0.92), 3)
+
+
+def adaptive_params(args) -> AdaptiveParams:
+    """The adaptive slots from --speculative-adaptive-config (SGLang's built-in table without one)."""
+    table = None
+    if getattr(args, "speculative_adaptive_config", None):
+        with open(args.speculative_adaptive_config) as fh:
+            table = json.load(fh)
+    return AdaptiveParams(args.speculative_num_steps or 3, table)
+
+
 class Request:
     def __init__(self, prompt_tokens: int, max_new_tokens: int):
         self.prompt_tokens, self.max_new_tokens = prompt_tokens, max_new_tokens
@@ -119,9 +138,15 @@ class Engine:
         self.base_ms = float(host.get("decode_step_ms", 12.0))
         self.slot_ms = float(host.get("token_slot_ms", 0.2))
         self.prefill_ms = float(host.get("prefill_ms_per_1k", 8.0))
+        self.step_draft_ms = float(host.get("draft_step_ms", 1.6))
         spec = accept is not None
         self.width = (args.speculative_num_draft_tokens or (args.speculative_num_steps or 1) + 1) if spec else 1
-        self.draft_ms = float(host.get("draft_step_ms", 1.6)) * (args.speculative_num_steps or 1) if spec else 0.0
+        self.draft_ms = self.step_draft_ms * (args.speculative_num_steps or 1) if spec else 0.0
+        # adaptive speculation (gpusim.adaptive): the steps, so the width and draft cost, chosen per batch
+        self.adaptive = adaptive_params(args) if spec and getattr(args, "speculative_adaptive", False) else None
+        self.topk = args.speculative_eagle_topk or 1
+        self.verified = self.accepted = 0  # speculative verifies and the tokens they emitted, for the average
+        self.steps_run: dict[int, int] = {}  # adaptive: batches run at each step count (0: plain decode)
         self.cond = threading.Condition()
         self.waiting: list[Request] = []
         self.active: list[Request] = []
@@ -135,8 +160,11 @@ class Engine:
             self.cond.notify_all()
         return req
 
-    def step_s(self, batch: int, prefill_tokens: int) -> float:
-        return (self.base_ms + self.draft_ms + self.slot_ms * batch * self.width
+    def step_s(self, batch: int, prefill_tokens: int, steps: int | None = None) -> float:
+        width, draft_ms = self.width, self.draft_ms
+        if steps is not None:  # adaptive: this batch's steps (0: a plain decode step, no draft)
+            width, draft_ms = (steps + 1 if steps else 1), self.step_draft_ms * steps
+        return (self.base_ms + draft_ms + self.slot_ms * batch * width
                 + self.prefill_ms * prefill_tokens / 1000) / 1000
 
     def run(self) -> None:
@@ -148,23 +176,44 @@ class Engine:
                 new, self.waiting = self.waiting, []
                 self.active += new
                 batch = list(self.active)
-            due = max(due, time.monotonic()) + self.step_s(len(batch), sum(r.prompt_tokens for r in new))
+            steps = self.adaptive.steps_for(len(batch)) if self.adaptive else None
+            if steps is not None:
+                self.steps_run[steps] = self.steps_run.get(steps, 0) + 1
+            due = max(due, time.monotonic()) + self.step_s(len(batch), sum(r.prompt_tokens for r in new), steps)
             time.sleep(max(0.0, due - time.monotonic()))
+            drafts = []
             for r in batch:
-                r.tokens = min(r.max_new_tokens, r.tokens + self.emitted(r))
+                decoding = r.prefilled
+                n = self.emitted(r, steps)
+                if decoding:
+                    drafts.append(n - 1)
+                r.tokens = min(r.max_new_tokens, r.tokens + n)
                 r.steps += 1
                 r.grew.set()
+            if self.adaptive and drafts:  # the verify's accepted drafts per request feed the batch's slot
+                self.adaptive.on_verify(drafts if steps else [0] * len(drafts), len(batch))
+                if steps:
+                    self.verified, self.accepted = self.verified + len(drafts), self.accepted + len(drafts) + sum(drafts)
             with self.cond:
                 self.active = [r for r in self.active if not r.done]
 
-    def emitted(self, r: Request) -> int:
-        if not r.prefilled or self.accept is None:  # prefill yields the first token; plain decode one per step
+    def emitted(self, r: Request, steps: int | None = None) -> int:
+        if not r.prefilled or self.accept is None or steps == 0:  # prefill: the first token; plain decode: one
             r.prefilled = True
             return 1
-        r.credit += self.accept
-        n = max(1, math.floor(r.credit))
-        r.credit -= n
-        return n
+        if steps is None:
+            r.credit += self.accept
+            n = max(1, math.floor(r.credit))
+            r.credit -= n
+            return n
+        r.credit += chain_accept(steps, self.topk) - 1  # adaptive: accepted drafts of a chain of this many steps
+        drafts = min(steps, math.floor(r.credit))
+        r.credit -= drafts
+        return 1 + drafts
+
+    def average_accept(self) -> float | None:
+        """Tokens per speculative verify so far (adaptive), None before the first."""
+        return round(self.accepted / self.verified, 3) if self.verified else None
 
     def stream(self, req: Request):
         """Yield the token count each time it grows, until the request is done."""
@@ -379,7 +428,9 @@ class Server:
                 host = json.load(fh)
         except (OSError, ValueError):
             return self.accept
-        return float(host["accept_length"]) if "accept_length" in host else self.accept
+        if "accept_length" in host:
+            return float(host["accept_length"])
+        return (self.engine.average_accept() or self.accept) if self.engine.adaptive else self.accept
 
     def generate(self, prompt: str, max_new_tokens: int) -> dict:
         with self.lock:
