@@ -59,7 +59,7 @@ GOOD = json.loads((REPO / "configs" / "adaptive" / "llama3.1-8b.json").read_text
     ({"1": {}}, "got None"),
     ({"1": [1, 3]}, 'batch size "1": must be a mapping with candidate_steps, got list'),
     ({**GOOD, "l6": {"candidate_steps": [0]}}, "'l6' is neither a batch size (digits, e.g. \"8\") nor a setting"),
-    ({**GOOD, "update_interval": 0}, "update_interval must be a integer >= 1, got 0"),
+    ({**GOOD, "update_interval": 0}, "update_interval must be an integer >= 1, got 0"),
     ({**GOOD, "ema_alpha": 1.5}, "ema_alpha must be a number in (0, 1], got 1.5"),
     ({"1": {"candidate_steps": [1, 3], "warmup": 3}}, "'warmup' is not a slot setting"),
     ("{not json", "is not JSON"),

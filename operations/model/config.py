@@ -60,7 +60,8 @@ def _field(name: str) -> str:
     return name.replace("_", "-")
 
 
-def from_mapping(data: dict, name: str, source: str = "<python>", environ=None, base: Path | None = None) -> ServerConfig:
+def from_mapping(data: dict, name: str, source: str = "<python>", environ=None,
+                 base: Path | None = None) -> ServerConfig:
     """Build a config from a parsed YAML mapping; raises ConfigError listing every problem found here. ``base``:
     the config file's directory, where the files it names by relative path are read (``operations.model.shipped``)."""
     environ = os.environ if environ is None else environ

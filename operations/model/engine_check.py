@@ -50,7 +50,8 @@ class EngineCheck:
 def check_input(cfg: ServerConfig, config_path: str) -> tuple[str, str]:
     """(the flags as JSON, the engine file) that the host's parser is given; secrets as a placeholder."""
     engine = engine_for(cfg.engine)
-    cfg = cfg.placed(posixpath.dirname(config_path)) if config_path else cfg  # as the server is started: shipped files beside engine.yaml
+    # as the server is started: the files the config ships beside engine.yaml
+    cfg = cfg.placed(posixpath.dirname(config_path)) if config_path else cfg
     argv = engine.launch_argv(cfg, config_path)[len(cfg.launcher):]
     flags = [f"{a.prefix}<secret>" if isinstance(a, SecretRef) else str(a) for a in argv]
     return json.dumps(flags), engine.engine_yaml(cfg) or ""

@@ -43,7 +43,8 @@ def parse_status(doc: dict) -> ServerStatus:
     return ServerStatus(alive=bool(doc.get("alive")), pid=state.get("pid"), status=state.get("status", "absent"),
                         config_hash=state.get("config_hash"), recorded=state.get("recorded") or {},
                         health=doc.get("health"), server_info=doc.get("server_info"), launch_sh=doc.get("launch_sh"),
-                        engine_yaml=doc.get("engine_yaml"), shipped=doc.get("shipped") or {}, unit_file=doc.get("unit_file"), problem=doc.get("problem"))
+                        engine_yaml=doc.get("engine_yaml"), shipped=doc.get("shipped") or {},
+                        unit_file=doc.get("unit_file"), problem=doc.get("problem"))
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ from pathlib import Path
 from operations.errors import ConfigError, Issue
 from operations.model.engines import adaptive
 from operations.model.server_config import ShippedFile
+from operations.remote.common import SHIPPED_FILES
 
 # dest -> (the leaf in the server's directory, the checker of its text: (parsed, problems))
-SHIPPABLE = {"speculative_adaptive_config": ("adaptive-config.json", adaptive.parse)}
+SHIPPABLE = {"speculative_adaptive_config": (SHIPPED_FILES["speculative_adaptive_config"], adaptive.parse)}
 
 
 def ship(engine: str, args: dict, base: Path | None, read) -> tuple[tuple, list[Issue]]:
@@ -42,4 +43,3 @@ def ship(engine: str, args: dict, base: Path | None, read) -> tuple[tuple, list[
         issues += [Issue(field, f"{value}: {problem}") for problem in check(text)[1]]
         files.append(ShippedFile(dest, leaf, text))
     return tuple(files), issues
-

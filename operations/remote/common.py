@@ -189,6 +189,10 @@ class StableWindow:
 # watermark_config, hf_token, --token... (whole words at the end only; SGLang's counters
 # bucket_time_to_first_token and kt_max_deferred_experts_per_token, max_total_tokens and tokenizer_path are not
 # secrets). Environment values are masked by value as well.
+# files a config ships beside engine.yaml, by the argument that names them (operations.model.shipped uploads them,
+# server_dir's status reads them back for --diff)
+SHIPPED_FILES = {"speculative_adaptive_config": "adaptive-config.json"}
+
 SECRET_NAME = re.compile(r"(^|[-_])(api[-_]?key|key|secret|password|passwd|watermark[-_]config)$"
                          r"|(^|(?<!first)(?<!per)[-_])token$", re.I)
 

@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 from . import loopback
-from .common import (DICT, INT, NUM, STR, masked, private_dir, read_doc, save_json, secret_name, set_aside, start_time,
-                     unsafe_tree)
+from .common import (DICT, INT, NUM, SHIPPED_FILES, STR, masked, private_dir, read_doc, save_json, secret_name,
+                     set_aside, start_time, unsafe_tree)
 
 
 LOG_TAIL = 40
@@ -164,9 +164,6 @@ def cmd_prepare(d):
     return {"ready": d, "notes": notes}
 
 
-SHIPPED = ("adaptive-config.json",)  # files a config ships beside engine.yaml (operations.model.shipped), for --diff
-
-
 def cmd_status(d, port, unit=None):
     problem = state_problem(d)
     state = load_state(d)
@@ -175,7 +172,8 @@ def cmd_status(d, port, unit=None):
         state["pid"], state["start"] = (pid, start_time(pid)) if pid else (None, None)
     doc = {"state": state, "alive": alive(state), "launch_sh": read(os.path.join(d, "launch.sh")),
            "engine_yaml": read(os.path.join(d, "engine.yaml")),
-           "shipped": {leaf: read(os.path.join(d, leaf)) for leaf in SHIPPED if os.path.exists(os.path.join(d, leaf))},
+           "shipped": {leaf: read(os.path.join(d, leaf)) for leaf in SHIPPED_FILES.values()
+                       if os.path.exists(os.path.join(d, leaf))},
            "unit_file": read(f"/etc/systemd/system/{unit}") if unit else None}
     if problem:
         doc["problem"] = problem

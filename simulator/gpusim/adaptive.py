@@ -14,6 +14,7 @@ tests/test_adaptive_standin.py drives SGLang's own classes and these with the sa
 from __future__ import annotations
 
 import bisect
+import json
 import math
 
 # SGLang's built-in table (DEFAULT_ADAPTIVE_CONFIG)
@@ -23,6 +24,23 @@ DEFAULT_TABLE = {
     "32": {"candidate_steps": [0, 1], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
     "64": {"candidate_steps": [0], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
 }
+
+
+def load_table(path: str | None) -> dict:
+    """The table in ``path`` (None: the built-in one), refused as SGLang's ``_load_adaptive_config`` refuses it."""
+    if path is None:
+        return DEFAULT_TABLE
+    with open(path) as fh:
+        table = json.load(fh)
+    for key, entry in table.items():
+        steps = entry.get("candidate_steps") if key.isdigit() else []
+        if key.isdigit() and (not isinstance(steps, list) or not steps
+                              or not all(isinstance(s, int) and s >= 0 for s in steps)):
+            raise ValueError(f"BS {key}: candidate_steps must be a list of non-negative ints, got {steps!r}")
+    if not any(key.isdigit() for key in table):
+        raise ValueError("speculative_adaptive_config must contain at least one integer-string BS key, e.g. "
+                         f'{{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(table.keys())}')
+    return table
 
 
 class Slot:

@@ -99,7 +99,8 @@ class SimHost:
     def servers(self) -> list[dict]:
         """state.json of every server started on this host (under DIR/servers and ``state_dirs``)."""
         out = []
-        for path in [p for d in [self.root / "servers", *self.state_dirs] for p in sorted(Path(d).glob("*/state.json"))]:
+        dirs = [self.root / "servers", *self.state_dirs]
+        for path in [p for d in dirs for p in sorted(Path(d).glob("*/state.json"))]:
             with contextlib.suppress(OSError, ValueError):
                 out.append(json.loads(path.read_text()))
         return out

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 
-FRESH_BASHRC = """# ~/.bashrc of root on a simulated host (gpusim.cluster): a fresh machine's, silent when not interactive
+FRESH_BASHRC = """# ~/.bashrc of root on a simulated host (gpusim.cluster): a fresh machine's, quiet unless interactive
 case $- in *i*) ;; *) return ;; esac
 """
 

@@ -65,7 +65,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 from . import ledger
-from .adaptive import AdaptiveParams
+from .adaptive import AdaptiveParams, load_table
 from .srt_args import ServerArgs, prepare_server_args
 from .srt_resolve import architecture
 from .watch import watch
@@ -108,11 +108,7 @@ def chain_accept(steps: int, topk: int) -> float:
 
 def adaptive_params(args) -> AdaptiveParams:
     """The adaptive slots from --speculative-adaptive-config (SGLang's built-in table without one)."""
-    table = None
-    if getattr(args, "speculative_adaptive_config", None):
-        with open(args.speculative_adaptive_config) as fh:
-            table = json.load(fh)
-    return AdaptiveParams(args.speculative_num_steps or 3, table)
+    return AdaptiveParams(args.speculative_num_steps or 3, load_table(getattr(args, "speculative_adaptive_config", None)))
 
 
 class Request:
@@ -191,7 +187,7 @@ class Engine:
                 r.steps += 1
                 r.grew.set()
             if self.adaptive and drafts:  # the verify's accepted drafts per request feed the batch's slot
-                self.adaptive.on_verify(drafts if steps else [0] * len(drafts), len(batch))
+                self.adaptive.on_verify(drafts, len(batch))  # all 0 at a plain decode step (steps 0)
                 if steps:
                     self.verified, self.accepted = self.verified + len(drafts), self.accepted + len(drafts) + sum(drafts)
             with self.cond:

@@ -20,6 +20,8 @@ import logging
 import os
 from pathlib import Path
 
+from . import adaptive
+
 logger = logging.getLogger("sglang.srt.arg_groups.speculative_hook")
 
 ALGORITHMS = ("DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM")  # spec_info.py
@@ -35,8 +37,6 @@ SELF_DRAFT_ARCHS = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Deepseek
 AUTO_5_4_8 = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
 DRAFT_ATTENTION_BACKEND_CHOICES = ("flashinfer", "fa3", "fa4", "triton", "ascend", "trtllm_mha", "intel_xpu")
 PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa3", "triton")
-DEFAULT_ADAPTIVE_CONFIG = {"1": {"candidate_steps": [1, 3, 5, 7]}, "8": {"candidate_steps": [0, 1, 3]},
-                           "32": {"candidate_steps": [0, 1]}, "64": {"candidate_steps": [0]}}
 DEFAULT_DSPARK_GAMMA = 7
 DEFAULT_ARCH = "LlamaForCausalLM"
 CUDA_ATTENTION_DEFAULT = "fa3"  # what SGLang picks for a Llama on Hopper (H100/H200) when none is given
@@ -324,23 +324,8 @@ def adaptive_unsupported_reason(cfg) -> str | None:
 
 def candidate_steps(cfg_path: str | None = None) -> list[int]:
     """resolve_candidate_steps_from_config: the sorted union of every batch-size slot's candidate steps."""
-    if cfg_path is not None:
-        with open(cfg_path) as fh:
-            table = json.load(fh)
-    else:
-        table = DEFAULT_ADAPTIVE_CONFIG
-    entries = {}
-    for key, entry in table.items():
-        if not key.isdigit():
-            continue
-        steps = entry.get("candidate_steps")
-        if not isinstance(steps, list) or not steps or not all(isinstance(s, int) and s >= 0 for s in steps):
-            raise ValueError(f"BS {key}: candidate_steps must be a list of non-negative ints, got {steps!r}")
-        entries[int(key)] = entry
-    if not entries:
-        raise ValueError("speculative_adaptive_config must contain at least one integer-string BS key, e.g. "
-                         f'{{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(table.keys())}')
-    return sorted({s for entry in entries.values() for s in entry["candidate_steps"]})
+    table = adaptive.load_table(cfg_path)
+    return sorted({s for k, entry in table.items() if k.isdigit() for s in entry["candidate_steps"]})
 
 
 def _init_adaptive_speculative_params(cfg: _Cfg) -> None:

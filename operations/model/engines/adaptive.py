@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 
 # the per-slot settings SGLang reads (AdaptiveStepSlot), also accepted at the top level as every slot's default
-SLOT_SETTINGS = {"ema_alpha": "number in (0, 1]", "update_interval": "integer >= 1", "warmup_batches": "integer >= 0",
-                 "up_hysteresis": "number", "down_hysteresis": "number", "ceiling_coeff": "number >= 0"}
+SLOT_SETTINGS = {"ema_alpha": "a number in (0, 1]", "update_interval": "an integer >= 1",
+                 "warmup_batches": "an integer >= 0", "up_hysteresis": "a number", "down_hysteresis": "a number",
+                 "ceiling_coeff": "a number >= 0"}
 # SGLang's built-in table, used without a file: its candidate steps, sorted union
 DEFAULT_STEPS = (0, 1, 3, 5, 7)
 
@@ -27,7 +28,7 @@ def _setting_problem(key: str, value) -> str | None:
           "update_interval": lambda v: _is_int(v) and v >= 1,  # SGLang takes a modulo by it: 0 fails at decode
           "warmup_batches": lambda v: _is_int(v) and v >= 0,
           "ceiling_coeff": lambda v: _is_number(v) and v >= 0}.get(key, _is_number)
-    return None if ok(value) else f"{key} must be a {SLOT_SETTINGS[key]}, got {value!r}"
+    return None if ok(value) else f"{key} must be {SLOT_SETTINGS[key]}, got {value!r}"
 
 
 def _slot_problems(key: str, slot) -> list[str]:

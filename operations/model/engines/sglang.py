@@ -118,10 +118,10 @@ class SGLang:
         off = sglang_resolve.adaptive_off_reason({**a, "speculative_algorithm": a.get("speculative_algorithm")})
         if off:
             return [Issue("speculative-adaptive", f"{off}; SGLang would silently run without it")]
-        steps, table = a.get("speculative_num_steps"), a.get("speculative_adaptive_config")
-        if steps is None or (table and not _shipped_table(cfg)):  # a table on the host: SGLang checks it there
-            return []
-        candidates = adaptive.candidate_steps(_shipped_table(cfg))
+        steps, shipped = a.get("speculative_num_steps"), _shipped_table(cfg)
+        if steps is None or (a.get("speculative_adaptive_config") and shipped is None):  # a table on the host:
+            return []                                                                  # SGLang checks it there
+        candidates = adaptive.candidate_steps(shipped)
         if steps not in candidates:
             return [Issue("speculative-num-steps", f"{steps} is not one of the adaptive candidate steps "
                                                    f"{list(candidates)} (SGLang refuses to start)")]

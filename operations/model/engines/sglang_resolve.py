@@ -20,14 +20,12 @@ Where the answer depends on a model's checkpoint (which the controller never rea
 """
 from __future__ import annotations
 
-from operations.model.engines.adaptive import DEFAULT_STEPS
+from operations.model.engines.adaptive import DEFAULT_STEPS  # SGLang's built-in adaptive table's candidate steps
 
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")  # after NEXTN -> EAGLE
 CHECKPOINT_TREE = ("DFLASH", "UNO", "DSPARK", "FROZEN_KV_MTP")  # tree sizes come from the draft checkpoint
 KNOWN = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", *CHECKPOINT_TREE)
 TREE = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
-# the candidate steps of SGLang's built-in adaptive table (speculative/adaptive_spec_params.py), sorted union
-DEFAULT_ADAPTIVE_STEPS = DEFAULT_STEPS
 NGRAM_DRAFT_TOKENS = 12
 
 
@@ -115,7 +113,7 @@ def _eagle_tree(algo, steps, topk, draft, adaptive: bool, args: dict) -> tuple:
         topk = 1 if topk is None else topk
         if steps is None:  # the middle candidate: of the built-in table, of a shipped table, else unknown here
             known = args.get("adaptive_candidate_steps") or (
-                None if args.get("speculative_adaptive_config") else DEFAULT_ADAPTIVE_STEPS)
+                None if args.get("speculative_adaptive_config") else DEFAULT_STEPS)
             steps = known[len(known) // 2] if known else AUTO
         return steps, topk, steps + 1 if isinstance(steps, int) else AUTO
     if steps is None and topk is None and draft is None:
